@@ -1,0 +1,20 @@
+//! sketchdb: an embedded store of time-bucketed probabilistic sketches over an event stream.
+//!
+//! Start from the question: "have we seen X?" is a Bloom filter, "how many distinct?" a
+//! HyperLogLog, "how many in both?" a Theta sketch, "how often?" a Count-Min sketch with Top-K,
+//! "show me some" a reservoir. Every answer says which structure gave it and how wrong it may be.
+//!
+//! Layers, each depending only on the ones below it:
+//! - [`hash`]: hashes an item once for every sketch it feeds.
+//! - [`codec`]: the versioned, checksummed blob format every stored value uses.
+//! - [`sketch`]: the five families, their guarantees, merging and encoding.
+
+pub mod codec;
+pub mod hash;
+pub mod sketch;
+
+pub use hash::{Item, ItemHashes};
+pub use sketch::{
+    BloomFilter, CountMin, Estimate, HyperLogLog, ItemSketch, Reservoir, ScalableBloom, Sketch,
+    SketchConfig, SketchError, SketchKind, SketchSet, Theta,
+};

@@ -1,0 +1,251 @@
+//! The five sketch families and the one shape they share.
+//!
+//! Each family lives in its own file and answers one question:
+//!
+//! | question | family | file |
+//! |---|---|---|
+//! | have we seen X? | Bloom filter (and the all-time scalable variant) | [`bloom`] |
+//! | how many distinct? | HyperLogLog | [`hll`] |
+//! | how many in A and B / A not B? | Theta (KMV) | [`theta`] |
+//! | how often does X occur, who is loudest? | Count-Min with Top-K | [`countmin`] |
+//! | give me n random events | reservoir (Algorithm R semantics, Algorithm L speed) | [`reservoir`] |
+//!
+//! [`SketchSet`] bundles one of each, as the store keeps per bucket and tag value.
+//!
+//! This module owns the in-memory structures, their guarantees and their encoded form. It must not
+//! know about buckets, tags, storage keys or queries: those belong to the store and query layers,
+//! which depend on this one and never the other way round.
+
+pub mod bloom;
+pub mod bounds;
+pub mod countmin;
+pub mod hll;
+pub mod reservoir;
+pub mod set;
+pub mod theta;
+
+pub use bloom::{BloomFilter, ScalableBloom};
+pub use countmin::{CountMin, TopEntry};
+pub use hll::HyperLogLog;
+pub use reservoir::Reservoir;
+pub use set::{SketchConfig, SketchSet};
+pub use theta::Theta;
+
+use crate::codec::{self, CodecError};
+use crate::hash::Item;
+use serde::{de::DeserializeOwned, Serialize};
+
+/// The confidence level of every interval a sketch reports.
+pub const CONFIDENCE: f64 = 0.95;
+
+/// Which family a blob holds; written into every encoded sketch so one can never be decoded as
+/// another.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum SketchKind {
+    Bloom = 1,
+    ScalableBloom = 2,
+    HyperLogLog = 3,
+    Theta = 4,
+    CountMin = 5,
+    Reservoir = 6,
+    SketchSet = 7,
+}
+
+impl SketchKind {
+    /// The lower-case name used in answers (`method`) and error messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            SketchKind::Bloom => "bloom",
+            SketchKind::ScalableBloom => "scalable-bloom",
+            SketchKind::HyperLogLog => "hll",
+            SketchKind::Theta => "theta",
+            SketchKind::CountMin => "countmin",
+            SketchKind::Reservoir => "reservoir",
+            SketchKind::SketchSet => "sketch-set",
+        }
+    }
+}
+
+impl std::fmt::Display for SketchKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A sketch's answer to "how many?", with a 95% interval. For exact quantities (a Count-Min's
+/// total, a reservoir's stream length) `lower == value == upper` and `exact` is set.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Estimate {
+    pub value: f64,
+    pub lower: f64,
+    pub upper: f64,
+    pub exact: bool,
+}
+
+impl Estimate {
+    /// An exactly known count.
+    pub fn exact(value: f64) -> Self {
+        Estimate {
+            value,
+            lower: value,
+            upper: value,
+            exact: true,
+        }
+    }
+
+    /// An approximate value with its 95% interval; the interval is widened if needed so that it
+    /// always contains the value.
+    pub fn approximate(value: f64, lower: f64, upper: f64) -> Self {
+        Estimate {
+            value,
+            lower: lower.min(value),
+            upper: upper.max(value),
+            exact: false,
+        }
+    }
+
+    /// Whether `truth` lies inside the interval.
+    pub fn covers(&self, truth: f64) -> bool {
+        self.lower <= truth && truth <= self.upper
+    }
+}
+
+/// Errors of the sketch layer: bad sizing, incompatible merges and unreadable blobs.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum SketchError {
+    #[error("invalid {parameter} = {value}: {reason}")]
+    InvalidParameter {
+        parameter: &'static str,
+        value: String,
+        reason: String,
+    },
+    #[error("cannot merge {kind} sketches of different shapes: {detail}")]
+    Incompatible { kind: SketchKind, detail: String },
+    #[error("{kind} blob could not be decoded: {source}")]
+    Codec {
+        kind: SketchKind,
+        #[source]
+        source: CodecError,
+    },
+    #[error("{kind} blob decoded to an inconsistent sketch: {detail}")]
+    Corrupt { kind: SketchKind, detail: String },
+}
+
+impl SketchError {
+    pub(crate) fn invalid(
+        parameter: &'static str,
+        value: impl ToString,
+        reason: impl Into<String>,
+    ) -> Self {
+        SketchError::InvalidParameter {
+            parameter,
+            value: value.to_string(),
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn incompatible(kind: SketchKind, detail: impl Into<String>) -> Self {
+        SketchError::Incompatible {
+            kind,
+            detail: detail.into(),
+        }
+    }
+
+    pub(crate) fn corrupt(kind: SketchKind, detail: impl Into<String>) -> Self {
+        SketchError::Corrupt {
+            kind,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// The shape every family shares: merge, estimate with bounds, size, and a checked encoded form.
+pub trait Sketch: Serialize + DeserializeOwned + Sized {
+    /// The family tag written into encoded blobs.
+    const KIND: SketchKind;
+
+    /// Folds `other` into `self`, as if `self` had also seen everything `other` saw. Fails, leaving
+    /// `self` unchanged, when the two were sized differently.
+    fn merge(&mut self, other: &Self) -> Result<(), SketchError>;
+
+    /// The family's headline count with its 95% interval: distinct items for Bloom, HLL and
+    /// Theta; total weight for Count-Min; stream length for a reservoir.
+    fn estimate(&self) -> Estimate;
+
+    /// Bytes the sketch occupies in memory (its tables plus a fixed header), as reported to users.
+    fn size_bytes(&self) -> usize;
+
+    /// Checks the invariants a decoded value must satisfy before it may answer anything.
+    fn validate(&self) -> Result<(), SketchError>;
+
+    /// The sketch as a versioned, checksummed blob.
+    fn encode(&self) -> Result<Vec<u8>, SketchError> {
+        codec::encode(Self::KIND as u8, self).map_err(|source| SketchError::Codec {
+            kind: Self::KIND,
+            source,
+        })
+    }
+
+    /// Reads a blob written by [`Sketch::encode`]; damaged, truncated or foreign bytes are an
+    /// error, never a panic or a wrong sketch.
+    fn decode(bytes: &[u8]) -> Result<Self, SketchError> {
+        let sketch: Self =
+            codec::decode(Self::KIND as u8, bytes).map_err(|source| SketchError::Codec {
+                kind: Self::KIND,
+                source,
+            })?;
+        sketch.validate()?;
+        Ok(sketch)
+    }
+}
+
+/// A sketch fed with items (as opposed to a reservoir, which is fed with whole events).
+pub trait ItemSketch: Sketch {
+    /// Adds one occurrence of `item`, using the hashes computed once in [`Item::new`].
+    fn update(&mut self, item: &Item<'_>);
+}
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    //! Helpers shared by the families' tests.
+    use super::Sketch;
+
+    /// A deterministic wallet-like item: `0x` and 40 hex digits derived from (stream, i).
+    pub fn wallet(stream: u64, i: u64) -> String {
+        let a = splitmix(stream.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ i);
+        let b = splitmix(a ^ 0x5555);
+        let c = splitmix(b);
+        format!("0x{a:016x}{b:016x}{:08x}", c as u32)
+    }
+
+    pub fn splitmix(mut x: u64) -> u64 {
+        x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        x ^ (x >> 31)
+    }
+
+    /// Every single-byte corruption and every truncation of an encoded sketch must be rejected.
+    pub fn assert_damage_detected<S: Sketch>(sketch: &S) {
+        let blob = sketch.encode().expect("encode");
+        S::decode(&blob).expect("clean blob decodes");
+        // Flipping every bit of a large blob is slow; a stride still touches header, payload and
+        // trailer, and the CRC detects any burst shorter than 32 bits wherever it lands.
+        let stride = (blob.len() / 509).max(1);
+        for i in (0..blob.len()).step_by(stride).chain([blob.len() - 1]) {
+            let mut bad = blob.clone();
+            bad[i] ^= 0x5a;
+            assert!(
+                S::decode(&bad).is_err(),
+                "corruption at byte {i} went unnoticed"
+            );
+        }
+        for len in (0..blob.len()).step_by(stride) {
+            assert!(
+                S::decode(&blob[..len]).is_err(),
+                "truncation to {len} went unnoticed"
+            );
+        }
+    }
+}
