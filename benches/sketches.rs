@@ -1,1 +1,440 @@
-fn main() {}
+//! Per-family update, query and merge costs, with peer crates measured in the same run.
+//!
+//! Run: `cargo bench --bench sketches` (add a filter, e.g. `-- hll`, to run one group). Before the
+//! timings it prints an accuracy comparison against the peers (HLL estimate error, Bloom measured
+//! false-positive rate), since speed means nothing without the answer quality next to it.
+//!
+//! Every "update" bench includes hashing the item, as the targets require. Items are 42-byte
+//! wallet addresses; timings are per batch of `BATCH` items, so per-item cost = time / BATCH
+//! (criterion's throughput line shows it as elements per second).
+
+use criterion::{black_box, BatchSize, BenchmarkId, Criterion, Throughput};
+use hyperloglogplus::HyperLogLog as _;
+use sketchdb::gen::wallet_address;
+use sketchdb::hash::{murmur, ItemHashes, ShaWords};
+use sketchdb::sketch::{
+    BloomFilter, CountMin, HyperLogLog, Reservoir, Sketch, SketchConfig, SketchSet, Theta,
+};
+use sketchdb::Item;
+use std::collections::hash_map::RandomState;
+use std::time::Duration;
+
+const BATCH: usize = 10_000;
+
+fn wallets(stream: u64, n: usize) -> Vec<String> {
+    (0..n as u64).map(|i| wallet_address(stream, i)).collect()
+}
+
+fn dense_hll(stream: u64, n: usize) -> HyperLogLog {
+    let mut h = HyperLogLog::new(14).expect("p");
+    for w in wallets(stream, n) {
+        h.update_murmur(murmur(w.as_bytes()));
+    }
+    h
+}
+
+fn theta_of(stream: u64, n: usize) -> Theta {
+    let mut t = Theta::new(4096).expect("k");
+    for w in wallets(stream, n) {
+        t.update_murmur(murmur(w.as_bytes()));
+    }
+    t
+}
+
+fn hashing(c: &mut Criterion) {
+    let items = wallets(1, BATCH);
+    let mut g = c.benchmark_group("hash");
+    g.throughput(Throughput::Elements(BATCH as u64));
+    g.bench_function("sha256+murmur3 (ItemHashes::of)", |b| {
+        b.iter(|| {
+            for w in &items {
+                black_box(ItemHashes::of(w.as_bytes()));
+            }
+        })
+    });
+    g.bench_function("sha256 words alone", |b| {
+        b.iter(|| {
+            for w in &items {
+                black_box(ShaWords::of(w.as_bytes()));
+            }
+        })
+    });
+    g.bench_function("murmur3_x64_128", |b| {
+        b.iter(|| {
+            for w in &items {
+                black_box(murmur(w.as_bytes()));
+            }
+        })
+    });
+    g.finish();
+}
+
+fn hll(c: &mut Criterion) {
+    let items = wallets(2, BATCH);
+    let mut g = c.benchmark_group("hll");
+    g.throughput(Throughput::Elements(BATCH as u64));
+    let mut ours = dense_hll(3, 200_000);
+    g.bench_function("update (murmur3 included)", |b| {
+        b.iter(|| {
+            for w in &items {
+                ours.update_murmur(murmur(w.as_bytes()));
+            }
+        })
+    });
+    let mut pf: hyperloglogplus::HyperLogLogPF<str, RandomState> =
+        hyperloglogplus::HyperLogLogPF::new(14, RandomState::new()).expect("p");
+    let mut plus: hyperloglogplus::HyperLogLogPlus<str, RandomState> =
+        hyperloglogplus::HyperLogLogPlus::new(14, RandomState::new()).expect("p");
+    for w in wallets(3, 200_000) {
+        pf.insert(w.as_str());
+        plus.insert(w.as_str());
+    }
+    g.bench_function("peer hyperloglogplus PF insert", |b| {
+        b.iter(|| {
+            for w in &items {
+                pf.insert(w.as_str());
+            }
+        })
+    });
+    g.bench_function("peer hyperloglogplus Plus insert", |b| {
+        b.iter(|| {
+            for w in &items {
+                plus.insert(w.as_str());
+            }
+        })
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("hll-query");
+    let dense = dense_hll(4, 1_000_000);
+    let other = dense_hll(5, 1_000_000);
+    g.bench_function("estimate (dense p=14)", |b| {
+        b.iter(|| black_box(dense.estimate()))
+    });
+    g.bench_function("peer hyperloglogplus PF count", |b| {
+        b.iter(|| black_box(pf.count()))
+    });
+    g.bench_function("merge dense+dense", |b| {
+        b.iter_batched_ref(
+            || dense.clone(),
+            |d| d.merge(&other).expect("merge"),
+            BatchSize::SmallInput,
+        )
+    });
+    g.bench_function("encode+decode dense", |b| {
+        b.iter(|| HyperLogLog::decode(&dense.encode().expect("encode")).expect("decode"))
+    });
+    g.finish();
+}
+
+fn bloom(c: &mut Criterion) {
+    let items = wallets(6, BATCH);
+    let absent = wallets(7, BATCH);
+    let mut g = c.benchmark_group("bloom");
+    g.throughput(Throughput::Elements(BATCH as u64));
+    let mut ours = BloomFilter::new(1_000_000, 0.01).expect("size");
+    for w in wallets(8, 500_000) {
+        ours.insert(&ShaWords::of(w.as_bytes()));
+    }
+    g.bench_function("insert (sha256 included)", |b| {
+        b.iter(|| {
+            for w in &items {
+                ours.insert(&ShaWords::of(w.as_bytes()));
+            }
+        })
+    });
+    g.bench_function("query present (sha256 included)", |b| {
+        b.iter(|| {
+            for w in &items {
+                black_box(ours.contains(&ShaWords::of(w.as_bytes())));
+            }
+        })
+    });
+    g.bench_function("query absent (sha256 included)", |b| {
+        b.iter(|| {
+            for w in &absent {
+                black_box(ours.contains(&ShaWords::of(w.as_bytes())));
+            }
+        })
+    });
+    let mut peer: bloomfilter::Bloom<str> =
+        bloomfilter::Bloom::new_for_fp_rate(1_000_000, 0.01).expect("size");
+    for w in wallets(8, 500_000) {
+        peer.set(w.as_str());
+    }
+    g.bench_function("peer bloomfilter set", |b| {
+        b.iter(|| {
+            for w in &items {
+                peer.set(w.as_str());
+            }
+        })
+    });
+    g.bench_function("peer bloomfilter check present", |b| {
+        b.iter(|| {
+            for w in &items {
+                black_box(peer.check(w.as_str()));
+            }
+        })
+    });
+    g.bench_function("peer bloomfilter check absent", |b| {
+        b.iter(|| {
+            for w in &absent {
+                black_box(peer.check(w.as_str()));
+            }
+        })
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("bloom-merge");
+    let other = ours.clone();
+    g.bench_function("merge 1M/1% filters (1.2 MB OR)", |b| {
+        b.iter_batched_ref(
+            || ours.clone(),
+            |f| f.merge(&other).expect("merge"),
+            BatchSize::LargeInput,
+        )
+    });
+    g.finish();
+}
+
+fn theta(c: &mut Criterion) {
+    let items = wallets(9, BATCH);
+    let mut g = c.benchmark_group("theta");
+    g.throughput(Throughput::Elements(BATCH as u64));
+    let mut t = theta_of(10, 1_000_000);
+    g.bench_function("update (murmur3 included)", |b| {
+        b.iter(|| {
+            for w in &items {
+                t.update_murmur(murmur(w.as_bytes()));
+            }
+        })
+    });
+    g.finish();
+    let mut g = c.benchmark_group("theta-query");
+    let a = theta_of(11, 1_000_000);
+    let b2 = theta_of(12, 1_000_000);
+    g.bench_function("estimate", |b| b.iter(|| black_box(a.estimate())));
+    g.bench_function("union of two (k=4096)", |b| {
+        b.iter(|| black_box(Theta::union([&a, &b2])))
+    });
+    g.bench_function("intersection of two (k=4096)", |b| {
+        b.iter(|| black_box(Theta::intersection([&a, &b2])))
+    });
+    g.bench_function("difference A not B", |b| {
+        b.iter(|| black_box(a.difference(&b2)))
+    });
+    g.finish();
+}
+
+fn countmin(c: &mut Criterion) {
+    let items = wallets(13, BATCH);
+    let mut g = c.benchmark_group("countmin");
+    g.throughput(Throughput::Elements(BATCH as u64));
+    for (name, conservative) in [("conservative", true), ("standard", false)] {
+        let mut cms = CountMin::new(0.001, 0.01, 100)
+            .expect("size")
+            .with_conservative_update(conservative);
+        for w in wallets(14, 200_000) {
+            cms.update_item(w.as_bytes());
+        }
+        g.bench_function(
+            BenchmarkId::new("update+top-k (sha256 included)", name),
+            |b| {
+                b.iter(|| {
+                    for w in &items {
+                        cms.update_item(w.as_bytes());
+                    }
+                })
+            },
+        );
+    }
+    let mut plain = CountMin::new(0.001, 0.01, 0).expect("size");
+    g.bench_function("update without top-k (sha256 included)", |b| {
+        b.iter(|| {
+            for w in &items {
+                plain.add(&ShaWords::of(w.as_bytes()), 1);
+            }
+        })
+    });
+    g.bench_function("count query (sha256 included)", |b| {
+        b.iter(|| {
+            for w in &items {
+                black_box(plain.count(&ShaWords::of(w.as_bytes())));
+            }
+        })
+    });
+    g.finish();
+    let mut g = c.benchmark_group("countmin-merge");
+    let mut a = CountMin::new(0.001, 0.01, 100).expect("size");
+    let mut b2 = a.clone();
+    for w in wallets(15, 100_000) {
+        a.update_item(w.as_bytes());
+    }
+    for w in wallets(16, 100_000) {
+        b2.update_item(w.as_bytes());
+    }
+    g.bench_function("merge 5x2719 + top-100", |b| {
+        b.iter_batched_ref(
+            || a.clone(),
+            |x| x.merge(&b2).expect("merge"),
+            BatchSize::SmallInput,
+        )
+    });
+    g.finish();
+}
+
+/// Feeds through the public update path (the trait), so the bench measures what callers get.
+trait UpdateItem {
+    fn update_item(&mut self, bytes: &[u8]);
+}
+
+impl UpdateItem for CountMin {
+    fn update_item(&mut self, bytes: &[u8]) {
+        sketchdb::ItemSketch::update(self, &Item::new(bytes));
+    }
+}
+
+fn reservoir(c: &mut Criterion) {
+    let mut g = c.benchmark_group("reservoir");
+    g.throughput(Throughput::Elements(BATCH as u64));
+    let mut r = Reservoir::with_seed(1_000, 1);
+    for i in 0..10_000_000u64 {
+        r.offer(i);
+    }
+    let mut next = 10_000_000u64;
+    g.bench_function("offer at N >> k (k=1000, N from 10M)", |b| {
+        b.iter(|| {
+            for _ in 0..BATCH {
+                next += 1;
+                r.offer(black_box(next));
+            }
+        })
+    });
+    g.finish();
+    let mut g = c.benchmark_group("reservoir-merge");
+    let mut small = Reservoir::with_seed(1_000, 2);
+    for i in 0..100_000u64 {
+        small.offer(i);
+    }
+    g.bench_function("merge two k=1000 reservoirs", |b| {
+        b.iter_batched_ref(
+            || r.clone(),
+            |x| x.merge(&small).expect("merge"),
+            BatchSize::SmallInput,
+        )
+    });
+    g.finish();
+}
+
+/// The store's common case: one event hashed once and routed to the whole-stream set and one
+/// chain's set, every family updated in both.
+fn sketch_sets(c: &mut Criterion) {
+    #[derive(Clone, serde::Serialize, serde::Deserialize)]
+    struct Tx {
+        time: i64,
+        wallet: String,
+        chain: &'static str,
+    }
+    let items = wallets(17, BATCH);
+    let config = SketchConfig::default();
+    let mut whole: SketchSet<Tx> = SketchSet::with_seed(&config, 1).expect("set");
+    let mut chain: SketchSet<Tx> = SketchSet::with_seed(&config, 2).expect("set");
+    for (i, w) in wallets(18, 300_000).iter().enumerate() {
+        let item = Item::new(w.as_bytes());
+        let tx = || Tx {
+            time: i as i64,
+            wallet: w.clone(),
+            chain: "a",
+        };
+        whole.update(&item, tx);
+        chain.update(&item, tx);
+    }
+    let mut g = c.benchmark_group("sketch-set");
+    g.throughput(Throughput::Elements(BATCH as u64));
+    g.bench_function(
+        "one event into two sets, all families (hashing included)",
+        |b| {
+            b.iter(|| {
+                for (i, w) in items.iter().enumerate() {
+                    let item = Item::new(w.as_bytes());
+                    let tx = || Tx {
+                        time: i as i64,
+                        wallet: w.clone(),
+                        chain: "a",
+                    };
+                    whole.update(&item, tx);
+                    chain.update(&item, tx);
+                }
+            })
+        },
+    );
+    g.finish();
+}
+
+/// Answer quality next to the peers, printed once before the timings.
+fn accuracy_report() {
+    println!("== accuracy against peers (same items) ==");
+    let n = 1_000_000usize;
+    let mut ours_err = Vec::new();
+    let mut pf_err = Vec::new();
+    let mut plus_err = Vec::new();
+    for seed in 0..5u64 {
+        let items = wallets(100 + seed, n);
+        let mut h = HyperLogLog::new(14).expect("p");
+        let mut pf: hyperloglogplus::HyperLogLogPF<str, RandomState> =
+            hyperloglogplus::HyperLogLogPF::new(14, RandomState::new()).expect("p");
+        let mut plus: hyperloglogplus::HyperLogLogPlus<str, RandomState> =
+            hyperloglogplus::HyperLogLogPlus::new(14, RandomState::new()).expect("p");
+        for w in &items {
+            h.update_murmur(murmur(w.as_bytes()));
+            pf.insert(w.as_str());
+            plus.insert(w.as_str());
+        }
+        ours_err.push(h.estimate().value / n as f64 - 1.0);
+        pf_err.push(pf.count() / n as f64 - 1.0);
+        plus_err.push(plus.count() / n as f64 - 1.0);
+    }
+    let rms = |v: &[f64]| (v.iter().map(|e| e * e).sum::<f64>() / v.len() as f64).sqrt() * 100.0;
+    println!("HLL p=14, n=1M, 5 seeds: RMS relative error ours {:.3}%, hyperloglogplus PF {:.3}%, Plus {:.3}%",
+        rms(&ours_err), rms(&pf_err), rms(&plus_err));
+
+    let mut ours = BloomFilter::new(1_000_000, 0.01).expect("size");
+    let mut peer: bloomfilter::Bloom<str> =
+        bloomfilter::Bloom::new_for_fp_rate(1_000_000, 0.01).expect("size");
+    for w in wallets(200, n) {
+        ours.insert(&ShaWords::of(w.as_bytes()));
+        peer.set(w.as_str());
+    }
+    let probes = wallets(201, n);
+    let ours_fp = probes
+        .iter()
+        .filter(|w| ours.contains(&ShaWords::of(w.as_bytes())))
+        .count();
+    let peer_fp = probes.iter().filter(|w| peer.check(w.as_str())).count();
+    println!(
+        "Bloom 1M at 1%, 1M absent probes: measured FPR ours {:.3}% ({} bytes, k={}), bloomfilter {:.3}% ({} bytes, k={})",
+        ours_fp as f64 / 1e4,
+        ours.bit_array_bytes(),
+        ours.hash_count(),
+        peer_fp as f64 / 1e4,
+        peer.len() / 8,
+        peer.number_of_hash_functions()
+    );
+}
+
+fn main() {
+    let mut c = Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(30)
+        .configure_from_args();
+    accuracy_report();
+    hashing(&mut c);
+    hll(&mut c);
+    bloom(&mut c);
+    theta(&mut c);
+    countmin(&mut c);
+    reservoir(&mut c);
+    sketch_sets(&mut c);
+    c.final_summary();
+}

@@ -14,7 +14,7 @@
 
 use super::bounds::Z95;
 use super::{Estimate, ItemSketch, Sketch, SketchError, SketchKind};
-use crate::hash::{next_prime, Item, ItemHashes, MAX_DOUBLE_HASH_SIZE};
+use crate::hash::{next_prime, Item, ShaWords, TableSize, MAX_DOUBLE_HASH_SIZE};
 use serde::{Deserialize, Serialize};
 
 /// How far above its target rate a filter may drift before it counts as overfull.
@@ -23,8 +23,8 @@ const OVERFULL_SLACK: f64 = 1.1;
 /// A fixed-size Bloom filter.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BloomFilter {
-    /// Number of bits (a prime).
-    m: u64,
+    /// Number of bits (a prime), with its fast-remainder constants.
+    m: TableSize,
     /// Number of probes per item.
     k: u32,
     /// Items the filter was sized for.
@@ -41,8 +41,11 @@ pub struct BloomFilter {
 impl BloomFilter {
     /// A filter for `capacity` items at false-positive rate `fpr`.
     pub fn new(capacity: u64, fpr: f64) -> Result<Self, SketchError> {
-        let (m, k) = Self::optimal_size(capacity, fpr)?;
-        let bytes = usize::try_from(m.div_ceil(8))
+        let (bits, k) = Self::optimal_size(capacity, fpr)?;
+        let m = TableSize::new(bits).ok_or_else(|| {
+            SketchError::invalid("capacity", capacity, "bit array exceeds 2^32 bits")
+        })?;
+        let bytes = usize::try_from(bits.div_ceil(8))
             .map_err(|_| SketchError::invalid("capacity", capacity, "bit array exceeds memory"))?;
         Ok(BloomFilter {
             m,
@@ -95,7 +98,7 @@ impl BloomFilter {
 
     /// Bits in the array.
     pub fn bit_count(&self) -> u64 {
-        self.m
+        self.m.get()
     }
 
     /// Probes per item.
@@ -130,7 +133,7 @@ impl BloomFilter {
 
     /// Fraction of bits set.
     pub fn fill_ratio(&self) -> f64 {
-        self.ones as f64 / self.m as f64
+        self.ones as f64 / self.m.get() as f64
     }
 
     /// The false-positive rate the filter has now: the chance all `k` probes of an absent item hit
@@ -149,9 +152,9 @@ impl BloomFilter {
 
     /// Adds an item; returns whether any bit changed (false means "maybe already present").
     #[inline]
-    pub fn insert(&mut self, hashes: &ItemHashes) -> bool {
+    pub fn insert(&mut self, sha: &ShaWords) -> bool {
         let mut changed = false;
-        for p in hashes.positions(self.m).take(self.k as usize) {
+        for p in self.m.positions(sha).take(self.k as usize) {
             let byte = &mut self.bits[(p >> 3) as usize];
             let mask = 1u8 << (p & 7);
             if *byte & mask == 0 {
@@ -168,9 +171,9 @@ impl BloomFilter {
 
     /// `false`: certainly never inserted. `true`: maybe (see [`BloomFilter::predicted_fpr`]).
     #[inline]
-    pub fn contains(&self, hashes: &ItemHashes) -> bool {
-        hashes
-            .positions(self.m)
+    pub fn contains(&self, sha: &ShaWords) -> bool {
+        self.m
+            .positions(sha)
             .take(self.k as usize)
             .all(|p| self.bits[(p >> 3) as usize] & (1u8 << (p & 7)) != 0)
     }
@@ -179,14 +182,14 @@ impl BloomFilter {
     /// interval from the variance of the set-bit count (Swamidass & Baldi). Meaningless once the
     /// filter is saturated (every bit set): the upper bound is then infinite.
     pub fn estimate_count(&self) -> Estimate {
-        let m = self.m as f64;
+        let m = self.m.get() as f64;
         let k = f64::from(self.k);
         let x = self.ones as f64;
         if self.ones == 0 {
             return Estimate::exact(0.0);
         }
         let n_of = |x: f64| -(m / k) * (1.0 - x / m).ln();
-        if self.ones >= self.m {
+        if self.ones >= self.m.get() {
             return Estimate::approximate(n_of(m - 1.0), n_of(m - 1.0), f64::INFINITY);
         }
         let n = n_of(x);
@@ -204,7 +207,13 @@ impl BloomFilter {
         if self.m != other.m || self.k != other.k {
             return Err(SketchError::incompatible(
                 SketchKind::Bloom,
-                format!("m={} k={} vs m={} k={}", self.m, self.k, other.m, other.k),
+                format!(
+                    "m={} k={} vs m={} k={}",
+                    self.m.get(),
+                    self.k,
+                    other.m.get(),
+                    other.k
+                ),
             ));
         }
         Ok(())
@@ -237,16 +246,14 @@ impl Sketch for BloomFilter {
 
     fn validate(&self) -> Result<(), SketchError> {
         let kind = SketchKind::Bloom;
-        if self.m < 2 || self.m > MAX_DOUBLE_HASH_SIZE || self.k == 0 || self.k > 64 {
-            return Err(SketchError::corrupt(
-                kind,
-                format!("m={} k={}", self.m, self.k),
-            ));
+        let bits = self.m.get();
+        if TableSize::new(bits) != Some(self.m) || self.k == 0 || self.k > 64 {
+            return Err(SketchError::corrupt(kind, format!("m={bits} k={}", self.k)));
         }
-        if self.bits.len() as u64 != self.m.div_ceil(8) {
+        if self.bits.len() as u64 != bits.div_ceil(8) {
             return Err(SketchError::corrupt(
                 kind,
-                format!("{} bytes for m={}", self.bits.len(), self.m),
+                format!("{} bytes for m={bits}", self.bits.len()),
             ));
         }
         let ones: u64 = self.bits.iter().map(|b| u64::from(b.count_ones())).sum();
@@ -266,7 +273,7 @@ impl Sketch for BloomFilter {
 
 impl ItemSketch for BloomFilter {
     fn update(&mut self, item: &Item<'_>) {
-        self.insert(&item.hashes);
+        self.insert(&item.hashes.sha);
     }
 }
 
@@ -311,8 +318,8 @@ impl ScalableBloom {
     /// Adds an item unless it (maybe) is present already; returns whether it was added. Skipping
     /// present items keeps each layer's count of distinct items honest, which decides when a new
     /// layer is needed.
-    pub fn insert(&mut self, hashes: &ItemHashes) -> bool {
-        if self.contains(hashes) {
+    pub fn insert(&mut self, sha: &ShaWords) -> bool {
+        if self.contains(sha) {
             return false;
         }
         let needs_layer = self
@@ -323,7 +330,7 @@ impl ScalableBloom {
             self.add_layer();
         }
         match self.layers.last_mut() {
-            Some(last) => last.insert(hashes),
+            Some(last) => last.insert(sha),
             None => false,
         }
     }
@@ -341,8 +348,8 @@ impl ScalableBloom {
     }
 
     /// `false`: certainly never inserted. `true`: maybe.
-    pub fn contains(&self, hashes: &ItemHashes) -> bool {
-        self.layers.iter().any(|l| l.contains(hashes))
+    pub fn contains(&self, sha: &ShaWords) -> bool {
+        self.layers.iter().any(|l| l.contains(sha))
     }
 
     /// The combined rate now: an absent item is a false positive if any layer says maybe,
@@ -411,7 +418,7 @@ impl Sketch for ScalableBloom {
 
 impl ItemSketch for ScalableBloom {
     fn update(&mut self, item: &Item<'_>) {
-        self.insert(&item.hashes);
+        self.insert(&item.hashes.sha);
     }
 }
 
@@ -421,8 +428,8 @@ mod tests {
     use crate::sketch::test_support::{assert_damage_detected, wallet};
     use proptest::prelude::*;
 
-    fn h(s: &str) -> ItemHashes {
-        ItemHashes::of(s.as_bytes())
+    fn h(s: &str) -> ShaWords {
+        ShaWords::of(s.as_bytes())
     }
 
     #[test]
@@ -479,6 +486,12 @@ mod tests {
             f.fill_ratio()
         );
         let est = f.estimate_count();
+        eprintln!(
+            "bloom 1M/1%: {} bits set ({:.2}%), estimate {:.0}",
+            f.ones(),
+            f.fill_ratio() * 100.0,
+            est.value
+        );
         assert!((est.value - 1e6).abs() < 1e4, "estimate {}", est.value);
         assert!(est.covers(1e6), "{est:?}");
         assert!(!f.is_overfull());
@@ -555,6 +568,11 @@ mod tests {
             .filter(|&i| f.contains(&h(&wallet(5, i))))
             .count();
         let rate = hits as f64 / 1e6;
+        eprintln!(
+            "scalable bloom at 10x capacity: {} layers, measured rate {:.3}%",
+            f.layers().len(),
+            rate * 100.0
+        );
         assert!(rate <= 0.01, "combined rate {rate}");
         assert!(f.predicted_fpr() <= 0.01, "predicted {}", f.predicted_fpr());
         let est = f.estimate();

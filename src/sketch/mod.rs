@@ -211,20 +211,7 @@ pub(crate) mod test_support {
     //! Helpers shared by the families' tests.
     use super::Sketch;
 
-    /// A deterministic wallet-like item: `0x` and 40 hex digits derived from (stream, i).
-    pub fn wallet(stream: u64, i: u64) -> String {
-        let a = splitmix(stream.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ i);
-        let b = splitmix(a ^ 0x5555);
-        let c = splitmix(b);
-        format!("0x{a:016x}{b:016x}{:08x}", c as u32)
-    }
-
-    pub fn splitmix(mut x: u64) -> u64 {
-        x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        x ^ (x >> 31)
-    }
+    pub use crate::gen::{splitmix64 as splitmix, wallet_address as wallet};
 
     /// Every single-byte corruption and every truncation of an encoded sketch must be rejected.
     pub fn assert_damage_detected<S: Sketch>(sketch: &S) {

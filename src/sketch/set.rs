@@ -102,7 +102,7 @@ impl<E> SketchSet<E> {
     /// built (cloned) if the reservoir keeps it.
     #[inline]
     pub fn update(&mut self, item: &Item<'_>, event: impl FnOnce() -> E) {
-        self.bloom.insert(&item.hashes);
+        self.bloom.insert(&item.hashes.sha);
         self.hll.update_murmur(item.hashes.murmur);
         self.theta.update_murmur(item.hashes.murmur);
         self.cms.add_item(item, 1);
@@ -164,7 +164,7 @@ impl<E: Serialize + DeserializeOwned + Clone> Sketch for SketchSet<E> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hash::ItemHashes;
+    use crate::hash::ShaWords;
     use crate::sketch::test_support::wallet;
 
     fn small() -> SketchConfig {
@@ -215,11 +215,8 @@ mod tests {
         assert_eq!(whole.theta.estimate(), Estimate::exact(1_000.0));
         assert!(whole
             .bloom
-            .contains(&ItemHashes::of(wallet(20, 5).as_bytes())));
-        assert_eq!(
-            whole.cms.count(&ItemHashes::of(wallet(20, 5).as_bytes())),
-            3
-        );
+            .contains(&ShaWords::of(wallet(20, 5).as_bytes())));
+        assert_eq!(whole.cms.count(&ShaWords::of(wallet(20, 5).as_bytes())), 3);
         assert_eq!(whole.reservoir.items().len(), 20);
         a.merge(&b).expect("merge");
         assert_eq!(a.events, 3_000);
@@ -227,7 +224,7 @@ mod tests {
         assert_eq!(a.theta, whole.theta);
         // Same bits set (the merged `inserted` counter counts per side, so compare the bits).
         assert_eq!(a.bloom.ones(), whole.bloom.ones());
-        assert_eq!(a.cms.count(&ItemHashes::of(wallet(20, 5).as_bytes())), 3);
+        assert_eq!(a.cms.count(&ShaWords::of(wallet(20, 5).as_bytes())), 3);
         let back = SketchSet::<u64>::decode(&a.encode().expect("encode")).expect("decode");
         assert_eq!(back, a);
         crate::sketch::test_support::assert_damage_detected(&a);

@@ -188,10 +188,23 @@ impl Theta {
         self.table.iter().copied().filter(|&h| h != EMPTY).collect()
     }
 
-    fn from_values(lg_k: u8, theta: u64, values: impl IntoIterator<Item = u64>) -> Self {
+    /// A sketch holding `values` (distinct, all below `theta`), cut back to `k` with a lower θ if
+    /// there are more than a sketch may hold. The table is sized once, not grown value by value.
+    fn from_distinct(lg_k: u8, theta: u64, mut values: Vec<u64>) -> Self {
         let mut out = Theta::with_lg_k(lg_k, theta);
+        if values.len() > out.rebuild_threshold() {
+            let k = out.nominal_entries();
+            let (_, kth, _) = values.select_nth_unstable(k);
+            out.theta = *kth;
+            values.truncate(k);
+        }
+        let slots = (values.len() * 4 / 3 + 1)
+            .next_power_of_two()
+            .clamp(32, out.max_slots());
+        out.table = vec![EMPTY; slots];
         for v in values {
-            out.insert_hash(v);
+            out.place(v);
+            out.count += 1;
         }
         out
     }
@@ -201,11 +214,14 @@ impl Theta {
         let sketches: Vec<&Theta> = sketches.into_iter().collect();
         let lg_k = sketches.iter().map(|s| s.lg_k).min()?;
         let theta = sketches.iter().map(|s| s.theta).min()?;
-        Some(Theta::from_values(
-            lg_k,
-            theta,
-            sketches.iter().flat_map(|s| s.values()),
-        ))
+        let mut pooled: Vec<u64> = sketches
+            .iter()
+            .flat_map(|s| s.table.iter().copied())
+            .filter(|&v| v != EMPTY && v < theta)
+            .collect();
+        pooled.sort_unstable();
+        pooled.dedup();
+        Some(Theta::from_distinct(lg_k, theta, pooled))
     }
 
     /// The sketch of the intersection: values below the smallest θ present in every input.
@@ -217,8 +233,9 @@ impl Theta {
         let common = smallest
             .values()
             .into_iter()
-            .filter(|&v| v < theta && sketches.iter().all(|s| s.contains_hash(v)));
-        Some(Theta::from_values(lg_k, theta, common))
+            .filter(|&v| v < theta && sketches.iter().all(|s| s.contains_hash(v)))
+            .collect();
+        Some(Theta::from_distinct(lg_k, theta, common))
     }
 
     /// The sketch of `self` minus `other` (A not B): A's values below the smaller θ absent from B.
@@ -227,8 +244,9 @@ impl Theta {
         let rest = self
             .values()
             .into_iter()
-            .filter(|&v| v < theta && !other.contains_hash(v));
-        Theta::from_values(self.lg_k.min(other.lg_k), theta, rest)
+            .filter(|&v| v < theta && !other.contains_hash(v))
+            .collect();
+        Theta::from_distinct(self.lg_k.min(other.lg_k), theta, rest)
     }
 }
 
@@ -248,17 +266,8 @@ impl Sketch for Theta {
 
     /// Union in place. Sketches of different `k` merge to the smaller `k`'s accuracy.
     fn merge(&mut self, other: &Self) -> Result<(), SketchError> {
-        if other.theta < self.theta {
-            self.theta = other.theta;
-            let theta = self.theta;
-            let kept: Vec<u64> = self.values().into_iter().filter(|&v| v < theta).collect();
-            *self = Theta::from_values(self.lg_k, theta, kept);
-        }
-        if other.lg_k < self.lg_k {
-            *self = Theta::from_values(other.lg_k, self.theta, self.values());
-        }
-        for v in other.values() {
-            self.insert_hash(v);
+        if let Some(union) = Theta::union([&*self, other]) {
+            *self = union;
         }
         Ok(())
     }
@@ -346,15 +355,7 @@ impl<'de> Deserialize<'de> for Theta {
                 "retained values unsorted, repeated or above theta",
             ));
         }
-        let mut out = Theta::with_lg_k(stored.lg_k, stored.theta);
-        let slots = (stored.values.len() * 2)
-            .next_power_of_two()
-            .clamp(32, 2 << stored.lg_k);
-        out.table = vec![EMPTY; slots];
-        for v in stored.values {
-            out.place(v);
-            out.count += 1;
-        }
+        let out = Theta::from_distinct(stored.lg_k, stored.theta, stored.values);
         Ok(out)
     }
 }
@@ -366,8 +367,7 @@ mod tests {
     use crate::sketch::HyperLogLog;
 
     fn murmur(key: u64) -> [u64; 2] {
-        let (a, b) = mur3::murmurhash3_x64_128(&key.to_le_bytes(), crate::hash::MURMUR_SEED);
-        [a, b]
+        crate::hash::murmur(&key.to_le_bytes())
     }
 
     fn sketch_of(keys: impl IntoIterator<Item = u64>) -> Theta {
@@ -519,7 +519,10 @@ mod tests {
             "hll {hll_rms} vs theta {theta_rms}"
         );
         eprintln!(
-            "theta rms {theta_rms:.3}, hll i-e rms {hll_rms:.3}, hll negative {hll_negative}/30"
+            "1M+1M sharing 10,000, 30 seeds: theta covered {covered}/30, RMS {:.1}%; \
+             HLL inclusion-exclusion RMS {:.1}%, negative {hll_negative}/30",
+            theta_rms * 100.0,
+            hll_rms * 100.0
         );
     }
 
