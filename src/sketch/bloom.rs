@@ -153,29 +153,33 @@ impl BloomFilter {
     /// Adds an item; returns whether any bit changed (false means "maybe already present").
     #[inline]
     pub fn insert(&mut self, sha: &ShaWords) -> bool {
-        let mut changed = false;
+        // Branch-free: at half fill each probed bit is a coin flip, and a branch on it would be
+        // mispredicted half the time, serialising the k cache misses instead of overlapping them
+        // (it was 90% of a sketch-set update in the profile).
+        let mut newly_set = 0u64;
         for p in self.m.positions(sha).take(self.k as usize) {
             let byte = &mut self.bits[(p >> 3) as usize];
             let mask = 1u8 << (p & 7);
-            if *byte & mask == 0 {
-                *byte |= mask;
-                self.ones += 1;
-                changed = true;
-            }
+            newly_set += u64::from(*byte & mask == 0);
+            *byte |= mask;
         }
-        if changed {
-            self.inserted += 1;
-        }
+        self.ones += newly_set;
+        let changed = newly_set > 0;
+        self.inserted += u64::from(changed);
         changed
     }
 
     /// `false`: certainly never inserted. `true`: maybe (see [`BloomFilter::predicted_fpr`]).
     #[inline]
     pub fn contains(&self, sha: &ShaWords) -> bool {
+        // All k probes, branch-free, for the same reason as `insert`: overlapping the misses
+        // beats stopping early at the first zero bit.
         self.m
             .positions(sha)
             .take(self.k as usize)
-            .all(|p| self.bits[(p >> 3) as usize] & (1u8 << (p & 7)) != 0)
+            .fold(true, |all, p| {
+                all & (self.bits[(p >> 3) as usize] & (1u8 << (p & 7)) != 0)
+            })
     }
 
     /// The distinct-item estimate from the set-bit count, `n ≈ -(m/k) ln(1 - X/m)`, with a 95%
