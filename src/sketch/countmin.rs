@@ -259,13 +259,13 @@ impl Sketch for CountMin {
             *a = a.saturating_add(*b);
         }
         self.total = self.total.saturating_add(other.total);
-        let mut candidates = std::mem::take(&mut self.top.entries);
-        for e in &other.top.entries {
+        let mut candidates = self.top.entries();
+        for e in other.top.entries() {
             if !candidates
                 .iter()
                 .any(|c| c.sha == e.sha && c.item == e.item)
             {
-                candidates.push(e.clone());
+                candidates.push(e);
             }
         }
         for c in &mut candidates {
@@ -283,9 +283,9 @@ impl Sketch for CountMin {
         self.table_bytes()
             + self
                 .top
-                .entries
+                .items
                 .iter()
-                .map(|e| e.item.len() + std::mem::size_of::<TopEntry>())
+                .map(|item| item.len() + std::mem::size_of::<TopEntry>())
                 .sum::<usize>()
             + std::mem::size_of::<Self>()
     }
@@ -320,7 +320,7 @@ impl Sketch for CountMin {
                 ));
             }
         }
-        if self.top.entries.len() > self.top.capacity {
+        if self.top.len() > self.top.capacity {
             return Err(SketchError::corrupt(
                 kind,
                 "more heavy hitters than the heap holds",
@@ -353,19 +353,23 @@ impl TopEntry {
     }
 }
 
-/// A bounded min-heap of candidates, kept as a flat array with the minimum's index cached: at
-/// K = 100 a linear scan costs less than heap bookkeeping, and the common case (an estimate at or
-/// below the current minimum) is one comparison.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(from = "StoredTopK")]
+/// A bounded set of the heaviest candidates, kept as parallel flat arrays with the minimum's
+/// index cached. At K = 100 a scan of 100 contiguous u64s is cheaper than heap bookkeeping, the
+/// common case (an estimate at or below the minimum) is one comparison, and an evicted slot's
+/// item buffer is reused rather than reallocated.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(from = "StoredTopK", into = "StoredTopK")]
 struct TopK {
     capacity: usize,
-    entries: Vec<TopEntry>,
-    #[serde(skip)]
+    items: Vec<Vec<u8>>,
+    shas: Vec<ShaWords>,
+    /// `shas` packed into one u64 each, scanned to find an item without touching its bytes.
+    keys: Vec<u64>,
+    estimates: Vec<u64>,
     min_idx: usize,
 }
 
-#[derive(Deserialize)]
+#[derive(Serialize, Deserialize)]
 struct StoredTopK {
     capacity: usize,
     entries: Vec<TopEntry>,
@@ -373,69 +377,113 @@ struct StoredTopK {
 
 impl From<StoredTopK> for TopK {
     fn from(s: StoredTopK) -> Self {
-        let mut top = TopK {
-            capacity: s.capacity,
-            entries: s.entries,
-            min_idx: 0,
-        };
-        top.recompute_min();
+        let mut top = TopK::new(s.capacity);
+        top.refill(s.entries);
         top
     }
 }
 
+impl From<TopK> for StoredTopK {
+    fn from(t: TopK) -> Self {
+        StoredTopK {
+            capacity: t.capacity,
+            entries: t.entries(),
+        }
+    }
+}
+
+impl PartialEq for TopK {
+    /// The same candidates with the same estimates, whatever their slots.
+    fn eq(&self, other: &Self) -> bool {
+        self.capacity == other.capacity
+            && self.sorted(self.capacity) == other.sorted(other.capacity)
+    }
+}
+
+fn key_of(sha: &ShaWords) -> u64 {
+    u64::from(sha.a) << 32 | u64::from(sha.b)
+}
+
 impl TopK {
     fn new(capacity: usize) -> Self {
+        let reserve = capacity.min(1024);
         TopK {
             capacity,
-            entries: Vec::with_capacity(capacity.min(1024)),
+            items: Vec::with_capacity(reserve),
+            shas: Vec::with_capacity(reserve),
+            keys: Vec::with_capacity(reserve),
+            estimates: Vec::with_capacity(reserve),
             min_idx: 0,
         }
     }
 
-    fn recompute_min(&mut self) {
-        self.min_idx = self
-            .entries
-            .iter()
-            .enumerate()
-            .min_by_key(|(_, e)| e.estimate)
-            .map_or(0, |(i, _)| i);
+    fn len(&self) -> usize {
+        self.estimates.len()
     }
 
-    /// Estimates only grow, so an item at or below the minimum cannot be in the heap with a larger
+    fn recompute_min(&mut self) {
+        let mut best = 0;
+        for (i, &e) in self.estimates.iter().enumerate() {
+            if e < self.estimates[best] {
+                best = i;
+            }
+        }
+        self.min_idx = best;
+    }
+
+    /// Estimates only grow, so an item at or below the minimum cannot be in the set with a larger
     /// stored estimate; that makes the early return safe.
     #[inline]
     fn offer(&mut self, item: &[u8], sha: &ShaWords, estimate: u64) {
         if self.capacity == 0 {
             return;
         }
-        let full = self.entries.len() == self.capacity;
-        if full && estimate <= self.entries[self.min_idx].estimate {
+        let full = self.len() == self.capacity;
+        if full && estimate <= self.estimates[self.min_idx] {
             return;
         }
-        if let Some(i) = self
-            .entries
+        let key = key_of(sha);
+        let found = self
+            .keys
             .iter()
-            .position(|e| e.sha == *sha && e.item == item)
-        {
-            self.entries[i].estimate = estimate;
+            .enumerate()
+            .find(|&(i, &k)| k == key && self.items[i] == item)
+            .map(|(i, _)| i);
+        if let Some(i) = found {
+            self.estimates[i] = estimate;
             if i == self.min_idx {
                 self.recompute_min();
             }
             return;
         }
-        let entry = TopEntry {
-            item: item.to_vec(),
-            estimate,
-            sha: *sha,
-        };
         if full {
-            self.entries[self.min_idx] = entry;
+            let i = self.min_idx;
+            self.items[i].clear();
+            self.items[i].extend_from_slice(item);
+            self.shas[i] = *sha;
+            self.keys[i] = key;
+            self.estimates[i] = estimate;
         } else {
-            self.entries.push(entry);
+            self.items.push(item.to_vec());
+            self.shas.push(*sha);
+            self.keys.push(key);
+            self.estimates.push(estimate);
         }
         self.recompute_min();
     }
 
+    /// The candidates as entries, in storage order.
+    fn entries(&self) -> Vec<TopEntry> {
+        (0..self.len())
+            .map(|i| TopEntry {
+                item: self.items[i].clone(),
+                estimate: self.estimates[i],
+                sha: self.shas[i],
+            })
+            .collect()
+    }
+
+    /// Keeps the `capacity` heaviest of `candidates`.
     fn refill(&mut self, mut candidates: Vec<TopEntry>) {
         candidates.sort_by(|a, b| {
             b.estimate
@@ -443,12 +491,19 @@ impl TopK {
                 .then_with(|| a.item.cmp(&b.item))
         });
         candidates.truncate(self.capacity);
-        self.entries = candidates;
+        let capacity = self.capacity;
+        *self = TopK::new(capacity);
+        for e in candidates {
+            self.keys.push(key_of(&e.sha));
+            self.shas.push(e.sha);
+            self.estimates.push(e.estimate);
+            self.items.push(e.item);
+        }
         self.recompute_min();
     }
 
     fn sorted(&self, n: usize) -> Vec<TopEntry> {
-        let mut v = self.entries.clone();
+        let mut v = self.entries();
         v.sort_by(|a, b| {
             b.estimate
                 .cmp(&a.estimate)
