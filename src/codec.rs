@@ -59,6 +59,12 @@ pub fn encode<T: Serialize>(kind: u8, value: &T) -> Result<Vec<u8>, CodecError> 
     let payload = options()
         .serialize(value)
         .map_err(|e| CodecError::Serialize(e.to_string()))?;
+    frame(kind, &payload)
+}
+
+/// Frames bytes the caller encoded itself (the event log's columnar blocks), with the same
+/// header and checksum as [`encode`].
+pub fn frame(kind: u8, payload: &[u8]) -> Result<Vec<u8>, CodecError> {
     let payload_len = u32::try_from(payload.len())
         .map_err(|_| CodecError::Serialize("payload over 4 GiB".into()))?;
     let mut out = Vec::with_capacity(HEADER_LEN + payload.len() + TRAILER_LEN);
@@ -66,7 +72,7 @@ pub fn encode<T: Serialize>(kind: u8, value: &T) -> Result<Vec<u8>, CodecError> 
     out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
     out.push(kind);
     out.extend_from_slice(&payload_len.to_le_bytes());
-    out.extend_from_slice(&payload);
+    out.extend_from_slice(payload);
     let crc = crc32fast::hash(&out);
     out.extend_from_slice(&crc.to_le_bytes());
     Ok(out)
@@ -74,6 +80,16 @@ pub fn encode<T: Serialize>(kind: u8, value: &T) -> Result<Vec<u8>, CodecError> 
 
 /// Reads a blob of the given kind; any damage, truncation or foreign data is an error.
 pub fn decode<T: DeserializeOwned>(kind: u8, bytes: &[u8]) -> Result<T, CodecError> {
+    let payload = unframe(kind, bytes)?;
+    // The limit stops a corrupt length prefix inside the payload from asking for a huge allocation.
+    options()
+        .with_limit(payload.len() as u64)
+        .deserialize(payload)
+        .map_err(|e| CodecError::Malformed(e.to_string()))
+}
+
+/// Checks a frame written by [`frame`] or [`encode`] and returns its payload.
+pub fn unframe(kind: u8, bytes: &[u8]) -> Result<&[u8], CodecError> {
     let min = HEADER_LEN + TRAILER_LEN;
     if bytes.len() < min {
         return Err(CodecError::Truncated {
@@ -112,11 +128,7 @@ pub fn decode<T: DeserializeOwned>(kind: u8, bytes: &[u8]) -> Result<T, CodecErr
             actual: payload.len(),
         });
     }
-    // The limit stops a corrupt length prefix inside the payload from asking for a huge allocation.
-    options()
-        .with_limit(payload.len() as u64)
-        .deserialize(payload)
-        .map_err(|e| CodecError::Malformed(e.to_string()))
+    Ok(payload)
 }
 
 #[cfg(test)]

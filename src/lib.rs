@@ -14,6 +14,7 @@ pub mod codec;
 pub mod gen;
 pub mod hash;
 pub mod sketch;
+pub mod store;
 
 pub use hash::{Item, ItemHashes};
 pub use sketch::{

@@ -478,7 +478,10 @@ mod tests {
                 .filter(|&i| f.contains(&h(&wallet(100 + probe, i))))
                 .count();
             let rate = hits as f64 / 1e6;
-            eprintln!("bloom 1M/1%: probe set {probe} false-positive rate {:.3}%", rate * 100.0);
+            eprintln!(
+                "bloom 1M/1%: probe set {probe} false-positive rate {:.3}%",
+                rate * 100.0
+            );
             assert!(
                 (0.009..=0.011).contains(&rate),
                 "probe set {probe}: rate {rate}"

@@ -421,10 +421,14 @@ impl TopK {
         self.estimates.len()
     }
 
+    /// The slot to evict next: the lowest estimate, ties broken by the largest item bytes. A
+    /// total order makes the choice independent of slot layout, so a heap decoded from disk (or
+    /// rebuilt by replaying the log) evolves exactly as the live one would.
     fn recompute_min(&mut self) {
         let mut best = 0;
-        for (i, &e) in self.estimates.iter().enumerate() {
-            if e < self.estimates[best] {
+        for i in 1..self.len() {
+            let (e, b) = (self.estimates[i], self.estimates[best]);
+            if e < b || (e == b && self.items[i] > self.items[best]) {
                 best = i;
             }
         }

@@ -1,0 +1,142 @@
+//! The key layout in sled. Everything lives in one tree so that a log write, the sketches it
+//! checkpoints and the metadata that goes with them commit in one atomic batch.
+//!
+//! | prefix | key | value |
+//! |---|---|---|
+//! | `M` | `M` + name | metadata blob (format version, config, checkpoint) |
+//! | `T` | `T` + tag id (u32 BE) | tag dictionary entry `field:value` |
+//! | `L` | `L` + first event sequence number (u64 BE) | event log block |
+//! | `I` | `I` + first event sequence number (u64 BE) | block index: count, min and max time |
+//! | `S` | `S` + kind (u8) + tag id (u32 BE) + bucket start (i64, sign-flipped BE) | sketch blob |
+//! | `A` | `A` | all-time scalable Bloom filter |
+//!
+//! Big-endian integers (with the sign bit flipped for times) sort the way the numbers do, so the
+//! buckets of one kind and one tag in a time range are one contiguous, ordered scan.
+
+/// Tag id 0 is the whole stream.
+pub const WHOLE: u32 = 0;
+
+pub const META: u8 = b'M';
+pub const TAG: u8 = b'T';
+pub const LOG: u8 = b'L';
+pub const INDEX: u8 = b'I';
+pub const SKETCH: u8 = b'S';
+pub const ALL_TIME: &[u8] = b"A";
+
+/// The stored kinds of a sketch set: its header (event count and log position) and one per
+/// family, numbered as the families' blob kinds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Part {
+    Header = 0,
+    Bloom = 1,
+    Hll = 3,
+    Theta = 4,
+    CountMin = 5,
+    Reservoir = 6,
+}
+
+impl Part {
+    pub const ALL: [Part; 6] = [
+        Part::Header,
+        Part::Bloom,
+        Part::Hll,
+        Part::Theta,
+        Part::CountMin,
+        Part::Reservoir,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Part::Header => "header",
+            Part::Bloom => "bloom",
+            Part::Hll => "hll",
+            Part::Theta => "theta",
+            Part::CountMin => "countmin",
+            Part::Reservoir => "reservoir",
+        }
+    }
+}
+
+pub fn meta(name: &str) -> Vec<u8> {
+    let mut k = vec![META];
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+pub fn tag(id: u32) -> [u8; 5] {
+    let mut k = [TAG; 5];
+    k[1..].copy_from_slice(&id.to_be_bytes());
+    k
+}
+
+pub fn log(seq: u64) -> [u8; 9] {
+    let mut k = [LOG; 9];
+    k[1..].copy_from_slice(&seq.to_be_bytes());
+    k
+}
+
+pub fn index(seq: u64) -> [u8; 9] {
+    let mut k = [INDEX; 9];
+    k[1..].copy_from_slice(&seq.to_be_bytes());
+    k
+}
+
+pub fn seq_of(key: &[u8]) -> Option<u64> {
+    let bytes: [u8; 8] = key.get(1..9)?.try_into().ok()?;
+    Some(u64::from_be_bytes(bytes))
+}
+
+fn time_bytes(t: i64) -> [u8; 8] {
+    ((t as u64) ^ (1 << 63)).to_be_bytes()
+}
+
+fn time_of(bytes: [u8; 8]) -> i64 {
+    (u64::from_be_bytes(bytes) ^ (1 << 63)) as i64
+}
+
+/// `S` + part + tag: the prefix of all buckets of one part and tag.
+pub fn sketch_prefix(part: Part, tag: u32) -> [u8; 6] {
+    let mut k = [0u8; 6];
+    k[0] = SKETCH;
+    k[1] = part as u8;
+    k[2..6].copy_from_slice(&tag.to_be_bytes());
+    k
+}
+
+pub fn sketch(part: Part, tag: u32, bucket: i64) -> [u8; 14] {
+    let mut k = [0u8; 14];
+    k[..6].copy_from_slice(&sketch_prefix(part, tag));
+    k[6..].copy_from_slice(&time_bytes(bucket));
+    k
+}
+
+/// `(tag, bucket)` of a sketch key.
+pub fn parse_sketch(key: &[u8]) -> Option<(u32, i64)> {
+    if key.len() != 14 || key[0] != SKETCH {
+        return None;
+    }
+    let tag = u32::from_be_bytes(key[2..6].try_into().ok()?);
+    let bucket = time_of(key[6..14].try_into().ok()?);
+    Some((tag, bucket))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sketch_keys_sort_by_time_including_negative() {
+        let times = [-5_000_000_000i64, -1, 0, 1, 86_400_000, i64::MAX - 1];
+        let keys: Vec<[u8; 14]> = times.iter().map(|&t| sketch(Part::Hll, 7, t)).collect();
+        let mut sorted = keys.clone();
+        sorted.sort();
+        assert_eq!(keys, sorted);
+        for (&t, k) in times.iter().zip(&keys) {
+            assert_eq!(parse_sketch(k), Some((7, t)));
+            assert!(k.starts_with(&sketch_prefix(Part::Hll, 7)));
+        }
+        assert!(log(1) < log(256));
+        assert_eq!(seq_of(&log(77)), Some(77));
+    }
+}

@@ -1,0 +1,880 @@
+//! The durable, time-bucketed sketch store on sled.
+//!
+//! This layer owns persistence: the key layout ([`keys`]), the event log ([`log`]), checkpoints,
+//! recovery after a crash, memory budgeting of active sketch sets, and the typed read operations
+//! the query engine calls ([`ops`]). It knows nothing of query syntax or answer formatting; it
+//! depends only on the sketch layer below it.
+//!
+//! Write path: every ingested event is hashed once and routed to its bucket's whole-stream set,
+//! to one set per tag value, and to the all-time scalable Bloom filter, then appended to the
+//! pending log. [`Store::flush`] writes the pending log blocks in one atomic sled batch and syncs;
+//! sketch sets are written back only at checkpoints (periodically, when memory runs over budget,
+//! and on drop), each with the log position it includes. Opening replays the log past those
+//! positions, so nothing flushed is lost and nothing is counted twice (see `docs/STORAGE.md`).
+
+pub mod error;
+pub mod keys;
+pub mod log;
+pub mod model;
+pub mod ops;
+
+pub use error::{Result, StoreError};
+pub use model::{BucketWidth, Config, Event, Slice, TimeRange};
+
+use crate::codec;
+use crate::hash::Item;
+use crate::sketch::{
+    BloomFilter, CountMin, HyperLogLog, Reservoir, ScalableBloom, Sketch, SketchError, SketchSet,
+    Theta,
+};
+use keys::Part;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+/// The on-disk format this build writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+/// The blob kind of the store's metadata records (format version, config, checkpoint).
+pub const META_KIND: u8 = 0x50;
+const TAG_KIND: u8 = 0x51;
+
+/// A set's stored header: how many events it holds and the log position it includes (every
+/// event of this set with a sequence number below `log_pos` is in it).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+struct SetHeader {
+    events: u64,
+    log_pos: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Checkpoint {
+    /// Every stored set includes all of its events below this sequence number, and no set
+    /// absent from the store has any.
+    log_pos: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct AllTime {
+    bloom: ScalableBloom,
+    log_pos: u64,
+}
+
+pub(crate) struct Active {
+    pub(crate) set: SketchSet<Event>,
+    /// Events with sequence numbers below this are in `set` (as stored or replayed).
+    log_pos: u64,
+    dirty: bool,
+    last_used: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct TagDict {
+    by_name: HashMap<String, u32>,
+    /// `names[id - 1]` is tag `id`'s `field:value`.
+    names: Vec<String>,
+    /// Ids below this are stored; the rest must be written with the next log block.
+    persisted: u32,
+}
+
+impl TagDict {
+    pub(crate) fn id(&self, name: &str) -> Option<u32> {
+        self.by_name.get(name).copied()
+    }
+
+    pub(crate) fn name(&self, id: u32) -> Option<&str> {
+        id.checked_sub(1)
+            .and_then(|i| self.names.get(i as usize))
+            .map(String::as_str)
+    }
+
+    fn intern(&mut self, name: &str) -> u32 {
+        if let Some(id) = self.id(name) {
+            return id;
+        }
+        self.names.push(name.to_string());
+        let id = self.names.len() as u32;
+        self.by_name.insert(name.to_string(), id);
+        id
+    }
+
+    /// Forgets ids handed out after `len` (a rejected batch must leave no trace).
+    fn truncate(&mut self, len: usize) {
+        for name in self.names.drain(len..) {
+            self.by_name.remove(&name);
+        }
+    }
+
+    pub(crate) fn all(&self) -> impl Iterator<Item = (u32, &str)> {
+        self.names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (i as u32 + 1, n.as_str()))
+    }
+}
+
+pub(crate) struct State {
+    pub(crate) tags: TagDict,
+    next_seq: u64,
+    /// Events ingested but not yet in the log, starting at sequence `pending_first`.
+    pending: Vec<Event>,
+    pending_tags: Vec<Vec<u32>>,
+    pending_first: u64,
+    pub(crate) sets: HashMap<(u32, i64), Active>,
+    pub(crate) all_time: ScalableBloom,
+    all_time_pos: u64,
+    checkpoint_pos: u64,
+    since_checkpoint: u64,
+    clock: u64,
+    /// Per (tag, bucket): the clock value of its last change, for cache validation.
+    pub(crate) modified: HashMap<(u32, i64), u64>,
+    pub(crate) cache: ops::Cache,
+    /// The newest event time seen (retention is measured against it).
+    newest: Option<i64>,
+    /// Events older than this were dropped from the log by retention.
+    pub(crate) log_retained_from: Option<i64>,
+}
+
+/// An open store. `Send + Sync`: ingest and queries may run from many threads; a mutex
+/// serializes access to the in-memory state, so readers never see a half-applied event.
+pub struct Store {
+    path: PathBuf,
+    db: sled::Db,
+    config: Config,
+    state: Mutex<State>,
+}
+
+fn engine(path: &Path) -> impl Fn(sled::Error) -> StoreError + '_ {
+    move |source| StoreError::Engine {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+impl Store {
+    /// Creates a store at `dir` (which must not hold one already) with `config`.
+    pub fn create(dir: impl AsRef<Path>, config: Config) -> Result<Store> {
+        let path = dir.as_ref().to_path_buf();
+        config.validate()?;
+        let db = Self::open_engine(&path)?;
+        if db
+            .get(keys::meta("format"))
+            .map_err(engine(&path))?
+            .is_some()
+        {
+            return Err(StoreError::AlreadyExists { path });
+        }
+        let mut batch = sled::Batch::default();
+        batch.insert(keys::meta("format"), Self::blob(&path, &FORMAT_VERSION)?);
+        batch.insert(keys::meta("config"), Self::blob(&path, &config)?);
+        batch.insert(
+            keys::meta("checkpoint"),
+            Self::blob(&path, &Checkpoint { log_pos: 0 })?,
+        );
+        db.apply_batch(batch).map_err(engine(&path))?;
+        db.flush().map_err(engine(&path))?;
+        Self::load(path, db)
+    }
+
+    /// Opens an existing store, replaying its log past the last checkpoint.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Store> {
+        let path = dir.as_ref().to_path_buf();
+        if !path.join("conf").exists() && !path.join("db").exists() {
+            return Err(StoreError::NotAStore { path });
+        }
+        let db = Self::open_engine(&path)?;
+        Self::load(path, db)
+    }
+
+    fn open_engine(path: &Path) -> Result<sled::Db> {
+        sled::Config::new()
+            .path(path)
+            // Durability is ours to decide: nothing is synced behind flush()'s back.
+            .flush_every_ms(None)
+            .open()
+            .map_err(|source| match &source {
+                sled::Error::Io(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    StoreError::Locked {
+                        path: path.to_path_buf(),
+                    }
+                }
+                sled::Error::Io(e) if e.to_string().contains("lock") => StoreError::Locked {
+                    path: path.to_path_buf(),
+                },
+                _ => StoreError::Engine {
+                    path: path.to_path_buf(),
+                    source,
+                },
+            })
+    }
+
+    fn blob<T: Serialize>(path: &Path, value: &T) -> Result<Vec<u8>> {
+        codec::encode(META_KIND, value).map_err(|e| StoreError::DamagedLog {
+            name: format!("{} metadata", path.display()),
+            detail: e.to_string(),
+        })
+    }
+
+    fn read_meta<T: serde::de::DeserializeOwned>(
+        path: &Path,
+        db: &sled::Db,
+        name: &str,
+    ) -> Result<Option<T>> {
+        match db.get(keys::meta(name)).map_err(engine(path))? {
+            None => Ok(None),
+            Some(bytes) => {
+                codec::decode(META_KIND, &bytes)
+                    .map(Some)
+                    .map_err(|e| StoreError::DamagedLog {
+                        name: format!("store metadata '{name}'"),
+                        detail: e.to_string(),
+                    })
+            }
+        }
+    }
+
+    fn load(path: PathBuf, db: sled::Db) -> Result<Store> {
+        let version: u32 = match Self::read_meta(&path, &db, "format")? {
+            Some(v) => v,
+            None => return Err(StoreError::NotAStore { path }),
+        };
+        if version != FORMAT_VERSION {
+            return Err(StoreError::UnsupportedVersion {
+                path,
+                found: version,
+                supported: FORMAT_VERSION,
+            });
+        }
+        let config: Config = Self::read_meta(&path, &db, "config")?
+            .ok_or_else(|| StoreError::NotAStore { path: path.clone() })?;
+        let checkpoint: Checkpoint =
+            Self::read_meta(&path, &db, "checkpoint")?.unwrap_or(Checkpoint { log_pos: 0 });
+        let log_retained_from: Option<i64> = Self::read_meta(&path, &db, "retained_from")?;
+
+        let mut tags = TagDict::default();
+        for entry in db.scan_prefix([keys::TAG]) {
+            let (k, v) = entry.map_err(engine(&path))?;
+            let name: String = codec::decode(TAG_KIND, &v).map_err(|e| StoreError::DamagedLog {
+                name: format!("tag dictionary entry {:?}", k.get(1..)),
+                detail: e.to_string(),
+            })?;
+            tags.intern(&name);
+        }
+        tags.persisted = tags.names.len() as u32;
+
+        let all_time = match db.get(keys::ALL_TIME).map_err(engine(&path))? {
+            Some(bytes) => codec::decode::<AllTime>(SketchKindTag::ALL_TIME, &bytes)
+                .map_err(|e| StoreError::DamagedLog {
+                    name: "all-time bloom filter".into(),
+                    detail: e.to_string(),
+                })
+                .and_then(|a| {
+                    a.bloom.validate().map_err(|source| StoreError::Damaged {
+                        name: "all-time bloom filter".into(),
+                        source,
+                    })?;
+                    Ok(a)
+                })?,
+            None => AllTime {
+                bloom: Self::new_all_time(&config)?,
+                log_pos: 0,
+            },
+        };
+
+        let last_block = db
+            .scan_prefix([keys::INDEX])
+            .next_back()
+            .transpose()
+            .map_err(engine(&path))?;
+        let next_seq = match last_block {
+            Some((_, v)) => log::BlockInfo::decode(&v)
+                .map_err(|detail| StoreError::DamagedLog {
+                    name: "last log block index".into(),
+                    detail,
+                })?
+                .end_seq(),
+            None => 0,
+        };
+
+        let state = State {
+            tags,
+            next_seq,
+            pending: Vec::new(),
+            pending_tags: Vec::new(),
+            pending_first: next_seq,
+            sets: HashMap::new(),
+            all_time: all_time.bloom,
+            all_time_pos: all_time.log_pos,
+            checkpoint_pos: checkpoint.log_pos,
+            since_checkpoint: 0,
+            clock: 0,
+            modified: HashMap::new(),
+            cache: ops::Cache::new(config.cache_bytes),
+            newest: None,
+            log_retained_from,
+        };
+        let store = Store {
+            path,
+            db,
+            config,
+            state: Mutex::new(state),
+        };
+        store.replay()?;
+        Ok(store)
+    }
+
+    fn new_all_time(config: &Config) -> Result<ScalableBloom> {
+        ScalableBloom::new(config.sketches.bloom_capacity, config.sketches.bloom_fpr)
+            .map_err(StoreError::Config)
+    }
+
+    /// Typed access to one bucket's sketch set (a copy), for services that want the sketches
+    /// themselves. `None` if the slice has no events in that bucket.
+    pub fn sketch_set(&self, slice: &Slice, bucket: i64) -> Result<Option<SketchSet<Event>>> {
+        let mut st = self.lock();
+        let tag = match slice {
+            Slice::Whole => keys::WHOLE,
+            Slice::Tag { .. } => match st.tags.id(&slice.name()) {
+                Some(id) => id,
+                None => return Ok(None),
+            },
+        };
+        let bucket = self.config.bucket.bucket_of(bucket);
+        if !st.sets.contains_key(&(tag, bucket))
+            && self.read_header(&st.tags, tag, bucket)?.is_none()
+        {
+            return Ok(None);
+        }
+        self.ensure_loaded(&mut st, tag, bucket)?;
+        Ok(st.sets.get(&(tag, bucket)).map(|a| a.set.clone()))
+    }
+
+    /// The store's directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave a half-applied event: events are applied
+        // to a set only after every set they need was loaded, and each update is infallible.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Replays log events past each set's checkpoint (after a crash, or a drop without a
+    /// checkpoint). Events below a set's stored position are already in it and are skipped, so
+    /// nothing is counted twice.
+    fn replay(&self) -> Result<()> {
+        let mut st = self.lock();
+        let from = st.checkpoint_pos.min(st.all_time_pos);
+        if from >= st.next_seq {
+            return Ok(());
+        }
+        let mut events: Vec<(u64, Event, Vec<u32>)> = Vec::new();
+        self.for_each_block_from(
+            from,
+            |ev, tags| {
+                if ev.seq >= from {
+                    events.push((ev.seq, Self::to_event(ev, tags), ev.tag_ids().to_vec()));
+                }
+            },
+            &st.tags,
+        )?;
+        for (seq, event, tag_ids) in events {
+            let bucket = self.config.bucket.bucket_of(event.time);
+            let item = Item::new(event.item.as_bytes());
+            for &tag in std::iter::once(&keys::WHOLE).chain(&tag_ids) {
+                self.ensure_loaded(&mut st, tag, bucket)?;
+                st.clock += 1;
+                let clock = st.clock;
+                if let Some(active) = st.sets.get_mut(&(tag, bucket)) {
+                    if seq >= active.log_pos {
+                        active.set.update(&item, || event.clone());
+                        active.log_pos = seq + 1;
+                        active.dirty = true;
+                        active.last_used = clock;
+                    }
+                }
+            }
+            if seq >= st.all_time_pos {
+                st.all_time.insert(&item.hashes.sha);
+                st.all_time_pos = seq + 1;
+            }
+            st.newest = Some(st.newest.map_or(event.time, |n| n.max(event.time)));
+        }
+        Ok(())
+    }
+
+    /// Calls `each` for every logged event in blocks that end after `from`.
+    fn for_each_block_from(
+        &self,
+        from: u64,
+        mut each: impl FnMut(&log::LogEvent<'_>, &TagDict),
+        tags: &TagDict,
+    ) -> Result<()> {
+        for entry in self.db.range(keys::index(0)..=keys::index(u64::MAX)) {
+            let (k, v) = entry.map_err(engine(&self.path))?;
+            let first = keys::seq_of(&k).unwrap_or(0);
+            let info = log::BlockInfo::decode(&v).map_err(|detail| StoreError::DamagedLog {
+                name: format!("log block index at event {first}"),
+                detail,
+            })?;
+            if info.end_seq() <= from {
+                continue;
+            }
+            let block = self
+                .db
+                .get(keys::log(first))
+                .map_err(engine(&self.path))?
+                .ok_or_else(|| StoreError::DamagedLog {
+                    name: format!("log block at event {first}"),
+                    detail: "missing".into(),
+                })?;
+            log::decode_block(&block, |ev| each(ev, tags)).map_err(|detail| {
+                StoreError::DamagedLog {
+                    name: format!("log block at event {first}"),
+                    detail,
+                }
+            })?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn to_event(ev: &log::LogEvent<'_>, tags: &TagDict) -> Event {
+        Event {
+            time: ev.time,
+            item: ev.item.to_text(),
+            tags: ev
+                .tag_ids()
+                .iter()
+                .filter_map(|&id| tags.name(id))
+                .filter_map(|n| n.split_once(':'))
+                .map(|(f, v)| (f.to_string(), v.to_string()))
+                .collect(),
+            extra: String::from_utf8_lossy(ev.extra).into_owned(),
+        }
+    }
+
+    /// A human name for a stored sketch, used in damage reports.
+    pub(crate) fn blob_name(&self, tags: &TagDict, part: Part, tag: u32, bucket: i64) -> String {
+        let tag_name = if tag == keys::WHOLE {
+            "whole stream".to_string()
+        } else {
+            tags.name(tag).unwrap_or("unknown tag").to_string()
+        };
+        format!(
+            "{} sketch of bucket {}, {}",
+            part.name(),
+            self.config.bucket.label(bucket),
+            tag_name
+        )
+    }
+
+    /// Reads one stored part of a set, checking it.
+    pub(crate) fn read_part<S: Sketch>(
+        &self,
+        tags: &TagDict,
+        part: Part,
+        tag: u32,
+        bucket: i64,
+    ) -> Result<Option<S>> {
+        let Some(bytes) = self
+            .db
+            .get(keys::sketch(part, tag, bucket))
+            .map_err(engine(&self.path))?
+        else {
+            return Ok(None);
+        };
+        S::decode(&bytes)
+            .map(Some)
+            .map_err(|source| StoreError::Damaged {
+                name: self.blob_name(tags, part, tag, bucket),
+                source,
+            })
+    }
+
+    pub(crate) fn read_header(
+        &self,
+        tags: &TagDict,
+        tag: u32,
+        bucket: i64,
+    ) -> Result<Option<(u64, u64)>> {
+        let Some(bytes) = self
+            .db
+            .get(keys::sketch(Part::Header, tag, bucket))
+            .map_err(engine(&self.path))?
+        else {
+            return Ok(None);
+        };
+        let h: SetHeader =
+            codec::decode(META_KIND, &bytes).map_err(|e| StoreError::DamagedLog {
+                name: self.blob_name(tags, Part::Header, tag, bucket),
+                detail: e.to_string(),
+            })?;
+        Ok(Some((h.events, h.log_pos)))
+    }
+
+    /// Makes sure the set for (tag, bucket) is in memory, loading it or creating it empty.
+    fn ensure_loaded(&self, st: &mut State, tag: u32, bucket: i64) -> Result<()> {
+        if st.sets.contains_key(&(tag, bucket)) {
+            return Ok(());
+        }
+        let active = match self.read_header(&st.tags, tag, bucket)? {
+            None => Active {
+                set: SketchSet::new(&self.config.sketches).map_err(StoreError::Config)?,
+                log_pos: 0,
+                dirty: false,
+                last_used: st.clock,
+            },
+            Some((events, log_pos)) => {
+                let tags = &st.tags;
+                let missing = |part: Part| StoreError::DamagedLog {
+                    name: self.blob_name(tags, part, tag, bucket),
+                    detail: "missing".into(),
+                };
+                let set = SketchSet {
+                    bloom: self
+                        .read_part::<BloomFilter>(tags, Part::Bloom, tag, bucket)?
+                        .ok_or_else(|| missing(Part::Bloom))?,
+                    hll: self
+                        .read_part::<HyperLogLog>(tags, Part::Hll, tag, bucket)?
+                        .ok_or_else(|| missing(Part::Hll))?,
+                    theta: self
+                        .read_part::<Theta>(tags, Part::Theta, tag, bucket)?
+                        .ok_or_else(|| missing(Part::Theta))?,
+                    cms: self
+                        .read_part::<CountMin>(tags, Part::CountMin, tag, bucket)?
+                        .ok_or_else(|| missing(Part::CountMin))?,
+                    reservoir: self
+                        .read_part::<Reservoir<Event>>(tags, Part::Reservoir, tag, bucket)?
+                        .ok_or_else(|| missing(Part::Reservoir))?,
+                    events,
+                };
+                set.validate().map_err(|source| StoreError::Damaged {
+                    name: format!("sketch set of bucket {}", self.config.bucket.label(bucket)),
+                    source,
+                })?;
+                Active {
+                    set,
+                    log_pos,
+                    dirty: false,
+                    last_used: st.clock,
+                }
+            }
+        };
+        st.sets.insert((tag, bucket), active);
+        Ok(())
+    }
+
+    /// Checks a batch without changing anything: every event must have an item and only the
+    /// configured tag fields.
+    fn check_batch(&self, events: &[Event]) -> Result<()> {
+        for (index, e) in events.iter().enumerate() {
+            let bad = |reason: String| StoreError::BadEvent { index, reason };
+            if e.item.is_empty() {
+                return Err(bad(format!(
+                    "the item field '{}' is empty",
+                    self.config.item_field
+                )));
+            }
+            if e.tags.len() > log::MAX_TAGS {
+                return Err(bad(format!(
+                    "{} tags; at most {} per event",
+                    e.tags.len(),
+                    log::MAX_TAGS
+                )));
+            }
+            for (field, value) in &e.tags {
+                if !self.config.tag_fields.iter().any(|f| f == field) {
+                    return Err(bad(format!(
+                        "'{field}' is not a tag field of this store (tag fields: {})",
+                        self.config.tag_fields.join(", ")
+                    )));
+                }
+                if value.is_empty() {
+                    return Err(bad(format!("tag '{field}' has an empty value")));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Ingests one event (see [`Store::ingest_batch`]).
+    pub fn ingest(&self, event: &Event) -> Result<()> {
+        self.ingest_batch(std::slice::from_ref(event))
+    }
+
+    /// Ingests a batch: all of it or, on any error, none of it. Durable after [`Store::flush`].
+    pub fn ingest_batch(&self, events: &[Event]) -> Result<()> {
+        self.check_batch(events)?;
+        let mut st = self.lock();
+        let tags_before = st.tags.names.len();
+        // Resolve tags and load every set the batch touches before changing any of them, so a
+        // damaged blob rejects the whole batch and leaves memory as it was.
+        let mut routed: Vec<(i64, Vec<u32>)> = Vec::with_capacity(events.len());
+        for e in events {
+            let ids: Vec<u32> = e
+                .tags
+                .iter()
+                .map(|(f, v)| st.tags.intern(&format!("{f}:{v}")))
+                .collect();
+            routed.push((self.config.bucket.bucket_of(e.time), ids));
+        }
+        let mut needed: Vec<(u32, i64)> = routed
+            .iter()
+            .flat_map(|(b, ids)| {
+                std::iter::once(keys::WHOLE)
+                    .chain(ids.iter().copied())
+                    .map(move |t| (t, *b))
+            })
+            .collect();
+        needed.sort_unstable();
+        needed.dedup();
+        for &(tag, bucket) in &needed {
+            if let Err(e) = self.ensure_loaded(&mut st, tag, bucket) {
+                st.tags.truncate(tags_before);
+                return Err(e);
+            }
+        }
+        st.clock += 1;
+        let clock = st.clock;
+        for (event, (bucket, ids)) in events.iter().zip(routed) {
+            let seq = st.next_seq;
+            st.next_seq += 1;
+            let item = Item::new(event.item.as_bytes());
+            for tag in std::iter::once(keys::WHOLE).chain(ids.iter().copied()) {
+                if let Some(active) = st.sets.get_mut(&(tag, bucket)) {
+                    active.set.update(&item, || event.clone());
+                    active.log_pos = seq + 1;
+                    active.dirty = true;
+                    active.last_used = clock;
+                }
+                st.modified.insert((tag, bucket), clock);
+            }
+            st.all_time.insert(&item.hashes.sha);
+            st.all_time_pos = seq + 1;
+            st.newest = Some(st.newest.map_or(event.time, |n| n.max(event.time)));
+            st.pending.push(event.clone());
+            st.pending_tags.push(ids);
+        }
+        st.since_checkpoint += events.len() as u64;
+        let over_budget = self.memory_in_use(&st) > self.config.memory_budget;
+        if st.since_checkpoint >= self.config.checkpoint_every || over_budget {
+            self.checkpoint_locked(&mut st)?;
+        }
+        Ok(())
+    }
+
+    fn memory_in_use(&self, st: &State) -> usize {
+        st.sets.values().map(|a| a.set.size_bytes()).sum()
+    }
+
+    /// Adds the pending events (and new tag names) to `batch` as log blocks.
+    fn log_into(&self, st: &mut State, batch: &mut sled::Batch) -> Result<()> {
+        for id in st.tags.persisted + 1..=st.tags.names.len() as u32 {
+            let name = st.tags.name(id).unwrap_or_default().to_string();
+            let blob = codec::encode(TAG_KIND, &name).map_err(|e| StoreError::DamagedLog {
+                name: "tag dictionary".into(),
+                detail: e.to_string(),
+            })?;
+            batch.insert(&keys::tag(id), blob);
+        }
+        let mut first = st.pending_first;
+        for (events, tags) in st
+            .pending
+            .chunks(log::BLOCK_EVENTS)
+            .zip(st.pending_tags.chunks(log::BLOCK_EVENTS))
+        {
+            let (blob, info) =
+                log::encode_block(first, events, tags).map_err(|e| StoreError::DamagedLog {
+                    name: format!("log block at event {first}"),
+                    detail: e.to_string(),
+                })?;
+            let index = info.encode().map_err(|e| StoreError::DamagedLog {
+                name: format!("log block index at event {first}"),
+                detail: e.to_string(),
+            })?;
+            batch.insert(&keys::log(first), blob);
+            batch.insert(&keys::index(first), index);
+            first = info.end_seq();
+        }
+        Ok(())
+    }
+
+    fn after_log_written(st: &mut State) {
+        st.tags.persisted = st.tags.names.len() as u32;
+        st.pending.clear();
+        st.pending_tags.clear();
+        st.pending_first = st.next_seq;
+    }
+
+    /// Writes the pending log without syncing (queries that scan the log need it there).
+    pub(crate) fn write_pending(&self, st: &mut State) -> Result<()> {
+        if st.pending.is_empty() && st.tags.persisted as usize == st.tags.names.len() {
+            return Ok(());
+        }
+        let mut batch = sled::Batch::default();
+        self.log_into(st, &mut batch)?;
+        self.db.apply_batch(batch).map_err(engine(&self.path))?;
+        Self::after_log_written(st);
+        Ok(())
+    }
+
+    /// Makes everything ingested so far durable: on return, a crash loses none of it.
+    pub fn flush(&self) -> Result<()> {
+        let mut st = self.lock();
+        self.write_pending(&mut st)?;
+        self.db.flush().map_err(engine(&self.path))?;
+        Ok(())
+    }
+
+    /// Writes every changed sketch set back with the log position it includes, in one atomic
+    /// batch with the pending log, syncs, and evicts the least recently used sets while memory
+    /// is over budget.
+    pub fn checkpoint(&self) -> Result<()> {
+        let mut st = self.lock();
+        self.checkpoint_locked(&mut st)
+    }
+
+    fn checkpoint_locked(&self, st: &mut State) -> Result<()> {
+        let mut batch = sled::Batch::default();
+        self.log_into(st, &mut batch)?;
+        let pos = st.next_seq;
+        let encode_err =
+            |name: String| move |source: SketchError| StoreError::Damaged { name, source };
+        for (&(tag, bucket), active) in st.sets.iter_mut().filter(|(_, a)| a.dirty) {
+            let name = |part: Part| format!("{part:?} of bucket {bucket}, tag {tag}");
+            let s = &active.set;
+            batch.insert(
+                &keys::sketch(Part::Bloom, tag, bucket),
+                s.bloom.encode().map_err(encode_err(name(Part::Bloom)))?,
+            );
+            batch.insert(
+                &keys::sketch(Part::Hll, tag, bucket),
+                s.hll.encode().map_err(encode_err(name(Part::Hll)))?,
+            );
+            batch.insert(
+                &keys::sketch(Part::Theta, tag, bucket),
+                s.theta.encode().map_err(encode_err(name(Part::Theta)))?,
+            );
+            batch.insert(
+                &keys::sketch(Part::CountMin, tag, bucket),
+                s.cms.encode().map_err(encode_err(name(Part::CountMin)))?,
+            );
+            batch.insert(
+                &keys::sketch(Part::Reservoir, tag, bucket),
+                s.reservoir
+                    .encode()
+                    .map_err(encode_err(name(Part::Reservoir)))?,
+            );
+            let header = SetHeader {
+                events: s.events,
+                log_pos: pos,
+            };
+            batch.insert(
+                &keys::sketch(Part::Header, tag, bucket),
+                Self::blob(&self.path, &header)?,
+            );
+        }
+        let all_time = AllTime {
+            bloom: st.all_time.clone(),
+            log_pos: pos,
+        };
+        let all_time_blob = codec::encode(SketchKindTag::ALL_TIME, &all_time).map_err(|e| {
+            StoreError::DamagedLog {
+                name: "all-time bloom filter".into(),
+                detail: e.to_string(),
+            }
+        })?;
+        batch.insert(keys::ALL_TIME, all_time_blob);
+        batch.insert(
+            keys::meta("checkpoint"),
+            Self::blob(&self.path, &Checkpoint { log_pos: pos })?,
+        );
+        let expired = self.expire_into(st, pos, &mut batch)?;
+        self.db.apply_batch(batch).map_err(engine(&self.path))?;
+        self.db.flush().map_err(engine(&self.path))?;
+        Self::after_log_written(st);
+        if let Some(t) = expired {
+            st.log_retained_from = Some(t);
+        }
+        for active in st.sets.values_mut() {
+            active.dirty = false;
+            active.log_pos = pos;
+        }
+        st.checkpoint_pos = pos;
+        st.since_checkpoint = 0;
+        // Evict down to half the budget so the next batches do not checkpoint again at once.
+        let target = self.config.memory_budget / 2;
+        let mut in_use = self.memory_in_use(st);
+        if in_use > self.config.memory_budget {
+            let mut by_age: Vec<((u32, i64), u64)> =
+                st.sets.iter().map(|(k, a)| (*k, a.last_used)).collect();
+            by_age.sort_by_key(|&(_, used)| used);
+            for (key, _) in by_age {
+                if in_use <= target {
+                    break;
+                }
+                if let Some(a) = st.sets.remove(&key) {
+                    in_use -= a.set.size_bytes();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops log blocks older than the retention window. Only blocks wholly below the
+    /// checkpoint position go: the ones after it are still needed for recovery. Sketches are
+    /// never touched. Returns the new oldest retained time if anything was dropped.
+    fn expire_into(
+        &self,
+        st: &State,
+        checkpoint: u64,
+        batch: &mut sled::Batch,
+    ) -> Result<Option<i64>> {
+        let (Some(retention), Some(newest)) = (self.config.retention_ms, st.newest) else {
+            return Ok(None);
+        };
+        let cutoff = newest - retention;
+        let mut dropped_any = false;
+        for entry in self.db.scan_prefix([keys::INDEX]) {
+            let (k, v) = entry.map_err(engine(&self.path))?;
+            let Ok(info) = log::BlockInfo::decode(&v) else {
+                continue;
+            };
+            if info.max_time < cutoff && info.end_seq() <= checkpoint {
+                batch.remove(k.clone());
+                batch.remove(&keys::log(info.first_seq));
+                dropped_any = true;
+            }
+        }
+        if dropped_any {
+            batch.insert(
+                keys::meta("retained_from"),
+                Self::blob(&self.path, &cutoff)?,
+            );
+            return Ok(Some(cutoff));
+        }
+        Ok(None)
+    }
+}
+
+impl Drop for Store {
+    /// A clean close checkpoints, so the next open replays nothing. Errors here cannot be
+    /// reported; the log is already durable after `flush`, and replay covers the rest.
+    fn drop(&mut self) {
+        let _ = self.checkpoint();
+    }
+}
+
+/// Blob kinds of the store's own records.
+struct SketchKindTag;
+
+impl SketchKindTag {
+    const ALL_TIME: u8 = 0x52;
+}

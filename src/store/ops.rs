@@ -1,0 +1,627 @@
+//! Typed read operations for the query engine: merged sketches over a time range and a slice
+//! (the whole stream or one tag value), membership with its compounded false-positive rate,
+//! frequency with its bound, heavy hitters, weighted samples, exact counts and exact log scans.
+//!
+//! Each merged answer says how many buckets it read and how many sketch bytes that took, so the
+//! planner can report them. Merged sketches are cached (bounded in bytes) and reused while none
+//! of their buckets has changed.
+
+use super::keys::{self, Part};
+use super::log::{self, ItemRef, LogEvent};
+use super::{Event, Result, Slice, State, Store, StoreError, TimeRange};
+use crate::hash::ShaWords;
+use crate::sketch::{CountMin, HyperLogLog, Reservoir, Sketch, Theta, TopEntry};
+use rand::Rng;
+use std::collections::HashMap;
+
+/// A sketch merged over buckets.
+#[derive(Clone, Debug)]
+pub struct Merged<S> {
+    /// `None` when no bucket of the slice falls in the range.
+    pub sketch: Option<S>,
+    pub buckets: usize,
+    pub bytes: usize,
+}
+
+/// The answer to "have we seen X?" over a range.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Membership {
+    /// `false` is certain; `true` means "maybe".
+    pub maybe: bool,
+    /// The chance that an absent item is reported "maybe" by at least one filter read:
+    /// `1 - Π(1 - fpr_i)`.
+    pub false_positive_rate: f64,
+    pub buckets: usize,
+    pub bytes: usize,
+    /// Whether any filter read is loaded past its capacity.
+    pub saturated: bool,
+}
+
+/// The answer to "how often does X occur?" over a range.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Frequency {
+    /// Never below the truth.
+    pub estimate: u64,
+    /// The estimate exceeds the truth by more than this with probability at most `delta`.
+    pub bound: f64,
+    pub delta: f64,
+    /// Events in the range (N).
+    pub total: u64,
+    pub buckets: usize,
+    pub bytes: usize,
+}
+
+/// A family the store merges over buckets and caches: where it lives in a set and in storage.
+pub(crate) trait Mergeable: Sketch + Clone {
+    const CACHE: CacheKind;
+    const PART: Part;
+    fn pick(active: &super::Active) -> &Self;
+    fn wrap(self) -> Cached;
+    fn unwrap(cached: &Cached) -> Option<&Self>;
+}
+
+impl Mergeable for HyperLogLog {
+    const CACHE: CacheKind = CacheKind::Hll;
+    const PART: Part = Part::Hll;
+    fn pick(active: &super::Active) -> &Self {
+        &active.set.hll
+    }
+    fn wrap(self) -> Cached {
+        Cached::Hll(self)
+    }
+    fn unwrap(cached: &Cached) -> Option<&Self> {
+        match cached {
+            Cached::Hll(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+impl Mergeable for Theta {
+    const CACHE: CacheKind = CacheKind::Theta;
+    const PART: Part = Part::Theta;
+    fn pick(active: &super::Active) -> &Self {
+        &active.set.theta
+    }
+    fn wrap(self) -> Cached {
+        Cached::Theta(self)
+    }
+    fn unwrap(cached: &Cached) -> Option<&Self> {
+        match cached {
+            Cached::Theta(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+impl Mergeable for CountMin {
+    const CACHE: CacheKind = CacheKind::CountMin;
+    const PART: Part = Part::CountMin;
+    fn pick(active: &super::Active) -> &Self {
+        &active.set.cms
+    }
+    fn wrap(self) -> Cached {
+        Cached::CountMin(self)
+    }
+    fn unwrap(cached: &Cached) -> Option<&Self> {
+        match cached {
+            Cached::CountMin(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+/// Which family a cached merge is of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum CacheKind {
+    Hll,
+    Theta,
+    CountMin,
+}
+
+#[derive(Clone)]
+pub(crate) enum Cached {
+    Hll(HyperLogLog),
+    Theta(Theta),
+    CountMin(CountMin),
+}
+
+impl Cached {
+    fn size(&self) -> usize {
+        match self {
+            Cached::Hll(s) => s.size_bytes(),
+            Cached::Theta(s) => s.size_bytes(),
+            Cached::CountMin(s) => s.size_bytes(),
+        }
+    }
+}
+
+struct CacheEntry {
+    buckets: Vec<i64>,
+    /// The clock when it was computed: valid while no bucket changed after it.
+    computed_at: u64,
+    value: Cached,
+    bytes_read: usize,
+    last_used: u64,
+}
+
+/// Merged sketches keyed by (family, tag, range), bounded in bytes, least recently used out.
+pub(crate) struct Cache {
+    budget: usize,
+    used: usize,
+    entries: HashMap<(CacheKind, u32, Option<i64>, Option<i64>), CacheEntry>,
+}
+
+impl Cache {
+    pub(crate) fn new(budget: usize) -> Self {
+        Cache {
+            budget,
+            used: 0,
+            entries: HashMap::new(),
+        }
+    }
+
+    fn insert(&mut self, key: (CacheKind, u32, Option<i64>, Option<i64>), entry: CacheEntry) {
+        let size = entry.value.size();
+        if size > self.budget {
+            return;
+        }
+        if let Some(old) = self.entries.remove(&key) {
+            self.used -= old.value.size();
+        }
+        while self.used + size > self.budget {
+            let Some(oldest) = self
+                .entries
+                .iter()
+                .min_by_key(|(_, e)| e.last_used)
+                .map(|(k, _)| *k)
+            else {
+                break;
+            };
+            if let Some(e) = self.entries.remove(&oldest) {
+                self.used -= e.value.size();
+            }
+        }
+        self.used += size;
+        self.entries.insert(key, entry);
+    }
+}
+
+impl Store {
+    /// The tag id of a slice, or a clear error naming the unknown tag and the known ones.
+    fn tag_id(&self, st: &State, slice: &Slice) -> Result<u32> {
+        match slice {
+            Slice::Whole => Ok(keys::WHOLE),
+            Slice::Tag { field, value } => {
+                if !self.config.tag_fields.iter().any(|f| f == field) {
+                    return Err(StoreError::Query(format!(
+                        "unknown tag field '{field}' (this store's tag fields: {})",
+                        self.config.tag_fields.join(", ")
+                    )));
+                }
+                st.tags.id(&format!("{field}:{value}")).ok_or_else(|| {
+                    let known: Vec<&str> = st
+                        .tags
+                        .all()
+                        .map(|(_, n)| n)
+                        .filter(|n| n.starts_with(&format!("{field}:")))
+                        .collect();
+                    StoreError::Query(format!(
+                        "no events with {field}:{value} (known values: {})",
+                        if known.is_empty() {
+                            "none".to_string()
+                        } else {
+                            known.join(", ")
+                        }
+                    ))
+                })
+            }
+        }
+    }
+
+    /// The buckets of a tag that overlap `range`, in time order: stored ones (one ordered key
+    /// scan) and those only in memory.
+    fn buckets_of(&self, st: &State, tag: u32, range: &TimeRange) -> Result<Vec<i64>> {
+        let width = self.config.bucket.millis();
+        let prefix = keys::sketch_prefix(Part::Header, tag);
+        let start = keys::sketch(
+            Part::Header,
+            tag,
+            range
+                .start
+                .map_or(i64::MIN, |s| self.config.bucket.bucket_of(s)),
+        );
+        let mut out = Vec::new();
+        for entry in self.db.range(start..) {
+            let (k, _) = entry.map_err(|source| StoreError::Engine {
+                path: self.path.clone(),
+                source,
+            })?;
+            if !k.starts_with(&prefix) {
+                break;
+            }
+            if let Some((_, bucket)) = keys::parse_sketch(&k) {
+                if range.end.is_some_and(|e| bucket >= e) {
+                    break;
+                }
+                if range.overlaps_bucket(bucket, width) {
+                    out.push(bucket);
+                }
+            }
+        }
+        for &(t, bucket) in st.sets.keys() {
+            if t == tag && range.overlaps_bucket(bucket, width) {
+                out.push(bucket);
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        Ok(out)
+    }
+
+    /// All buckets of the whole stream, with their exact event counts.
+    pub fn buckets(&self) -> Result<Vec<(i64, u64)>> {
+        let st = self.lock();
+        let list = self.buckets_of(&st, keys::WHOLE, &TimeRange::all())?;
+        list.into_iter()
+            .map(|b| Ok((b, self.events_in(&st, keys::WHOLE, b)?)))
+            .collect()
+    }
+
+    /// Every tag value seen, as `field:value`.
+    pub fn tags(&self) -> Vec<String> {
+        self.lock().tags.all().map(|(_, n)| n.to_string()).collect()
+    }
+
+    fn events_in(&self, st: &State, tag: u32, bucket: i64) -> Result<u64> {
+        if let Some(a) = st.sets.get(&(tag, bucket)) {
+            return Ok(a.set.events);
+        }
+        Ok(self
+            .read_header(&st.tags, tag, bucket)?
+            .map_or(0, |(events, _)| events))
+    }
+
+    /// One family's sketch of one bucket: from memory if the set is active, else decoded.
+    fn part<S: Sketch + Clone>(
+        &self,
+        st: &State,
+        part: Part,
+        tag: u32,
+        bucket: i64,
+        pick: impl Fn(&super::Active) -> &S,
+    ) -> Result<Option<S>> {
+        if let Some(a) = st.sets.get(&(tag, bucket)) {
+            return Ok(Some(pick(a).clone()));
+        }
+        self.read_part::<S>(&st.tags, part, tag, bucket)
+    }
+
+    fn merged<S: Mergeable>(&self, slice: &Slice, range: &TimeRange) -> Result<Merged<S>> {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let tag = self.tag_id(st, slice)?;
+        let buckets = self.buckets_of(st, tag, range)?;
+        let key = (S::CACHE, tag, range.start, range.end);
+        st.clock += 1;
+        let now = st.clock;
+        if let Some(entry) = st.cache.entries.get_mut(&key) {
+            let fresh = entry.buckets == buckets
+                && buckets.iter().all(|b| {
+                    st.modified
+                        .get(&(tag, *b))
+                        .is_none_or(|&m| m <= entry.computed_at)
+                });
+            if fresh {
+                entry.last_used = now;
+                if let Some(s) = S::unwrap(&entry.value) {
+                    return Ok(Merged {
+                        sketch: Some(s.clone()),
+                        buckets: buckets.len(),
+                        bytes: entry.bytes_read,
+                    });
+                }
+            }
+        }
+        let mut acc: Option<S> = None;
+        let mut bytes = 0;
+        for &b in &buckets {
+            let Some(s) = self.part(st, S::PART, tag, b, S::pick)? else {
+                continue;
+            };
+            bytes += s.size_bytes();
+            match &mut acc {
+                None => acc = Some(s),
+                Some(a) => a.merge(&s).map_err(|source| StoreError::Damaged {
+                    name: self.blob_name(&st.tags, S::PART, tag, b),
+                    source,
+                })?,
+            }
+        }
+        if let Some(s) = &acc {
+            st.cache.insert(
+                key,
+                CacheEntry {
+                    buckets: buckets.clone(),
+                    computed_at: now,
+                    value: s.clone().wrap(),
+                    bytes_read: bytes,
+                    last_used: now,
+                },
+            );
+        }
+        Ok(Merged {
+            sketch: acc,
+            buckets: buckets.len(),
+            bytes,
+        })
+    }
+
+    /// The HyperLogLog of a slice merged over the range.
+    pub fn merged_hll(&self, slice: &Slice, range: &TimeRange) -> Result<Merged<HyperLogLog>> {
+        self.merged(slice, range)
+    }
+
+    /// The Theta sketch of a slice merged (union) over the range.
+    pub fn merged_theta(&self, slice: &Slice, range: &TimeRange) -> Result<Merged<Theta>> {
+        self.merged(slice, range)
+    }
+
+    /// The Count-Min sketch (with its heavy-hitter candidates re-estimated) merged over the range.
+    pub fn merged_countmin(&self, slice: &Slice, range: &TimeRange) -> Result<Merged<CountMin>> {
+        self.merged(slice, range)
+    }
+
+    /// "Have we seen `item`?" With no range over the whole stream, the all-time scalable filter
+    /// answers; otherwise each bucket's filter, with the compounded false-positive rate.
+    pub fn membership(&self, slice: &Slice, range: &TimeRange, item: &str) -> Result<Membership> {
+        let sha = ShaWords::of(item.as_bytes());
+        let st = self.lock();
+        if range.is_all() && *slice == Slice::Whole {
+            let f = &st.all_time;
+            return Ok(Membership {
+                maybe: f.contains(&sha),
+                false_positive_rate: f.predicted_fpr(),
+                buckets: 0,
+                bytes: f.size_bytes(),
+                saturated: f.predicted_fpr() > f.target_fpr(),
+            });
+        }
+        let tag = self.tag_id(&st, slice)?;
+        let buckets = self.buckets_of(&st, tag, range)?;
+        let mut maybe = false;
+        let mut all_clear = 1.0;
+        let mut bytes = 0;
+        let mut saturated = false;
+        for &b in &buckets {
+            let found = match st.sets.get(&(tag, b)) {
+                Some(a) => {
+                    let f = &a.set.bloom;
+                    (
+                        f.contains(&sha),
+                        f.predicted_fpr(),
+                        f.size_bytes(),
+                        f.is_overfull(),
+                    )
+                }
+                None => match self.read_part::<crate::sketch::BloomFilter>(
+                    &st.tags,
+                    Part::Bloom,
+                    tag,
+                    b,
+                )? {
+                    Some(f) => (
+                        f.contains(&sha),
+                        f.predicted_fpr(),
+                        f.size_bytes(),
+                        f.is_overfull(),
+                    ),
+                    None => continue,
+                },
+            };
+            maybe |= found.0;
+            all_clear *= 1.0 - found.1;
+            bytes += found.2;
+            saturated |= found.3;
+        }
+        Ok(Membership {
+            maybe,
+            false_positive_rate: 1.0 - all_clear,
+            buckets: buckets.len(),
+            bytes,
+            saturated,
+        })
+    }
+
+    /// "How often does `item` occur?" from the merged Count-Min.
+    pub fn frequency(&self, slice: &Slice, range: &TimeRange, item: &str) -> Result<Frequency> {
+        let merged = self.merged_countmin(slice, range)?;
+        let sha = ShaWords::of(item.as_bytes());
+        Ok(match merged.sketch {
+            Some(c) => Frequency {
+                estimate: c.count(&sha),
+                bound: c.error_bound(),
+                delta: c.delta(),
+                total: c.total(),
+                buckets: merged.buckets,
+                bytes: merged.bytes,
+            },
+            None => Frequency {
+                estimate: 0,
+                bound: 0.0,
+                delta: self.config.sketches.cms_delta,
+                total: 0,
+                buckets: 0,
+                bytes: 0,
+            },
+        })
+    }
+
+    /// The `n` heaviest items over the range: every bucket's candidates, re-estimated on the
+    /// merged Count-Min.
+    pub fn top(
+        &self,
+        slice: &Slice,
+        range: &TimeRange,
+        n: usize,
+    ) -> Result<(Vec<TopEntry>, Merged<CountMin>)> {
+        let merged = self.merged_countmin(slice, range)?;
+        let top = merged.sketch.as_ref().map(|c| c.top(n)).unwrap_or_default();
+        Ok((top, merged))
+    }
+
+    /// Exact number of events of a slice in the range (whole buckets: a bucket counts if it
+    /// overlaps the range; ranges are bucket-aligned in the query language).
+    pub fn count(&self, slice: &Slice, range: &TimeRange) -> Result<(u64, usize)> {
+        let st = self.lock();
+        let tag = self.tag_id(&st, slice)?;
+        let buckets = self.buckets_of(&st, tag, range)?;
+        let mut total = 0;
+        for &b in &buckets {
+            total += self.events_in(&st, tag, b)?;
+        }
+        Ok((total, buckets.len()))
+    }
+
+    /// A uniform sample of `n` events of the slice over the range: how many come from each
+    /// bucket is drawn hypergeometrically from the buckets' exact event counts (as if drawing
+    /// `n` of all the range's events without replacement), then that many are drawn uniformly
+    /// from each bucket's reservoir. `n` may not exceed the reservoir size.
+    pub fn sample<R: Rng>(
+        &self,
+        slice: &Slice,
+        range: &TimeRange,
+        n: usize,
+        rng: &mut R,
+    ) -> Result<(Vec<Event>, usize)> {
+        let k = self.config.sketches.reservoir_size;
+        if n > k {
+            return Err(StoreError::Query(format!(
+                "a sample of {n} exceeds the reservoir size {k} of this store; ask for at most {k}"
+            )));
+        }
+        let st = self.lock();
+        let tag = self.tag_id(&st, slice)?;
+        let buckets = self.buckets_of(&st, tag, range)?;
+        let mut reservoirs = Vec::new();
+        for &b in &buckets {
+            let r = match st.sets.get(&(tag, b)) {
+                Some(a) => a.set.reservoir.clone(),
+                None => {
+                    match self.read_part::<Reservoir<Event>>(&st.tags, Part::Reservoir, tag, b)? {
+                        Some(r) => r,
+                        None => continue,
+                    }
+                }
+            };
+            reservoirs.push(r);
+        }
+        let mut left: Vec<u64> = reservoirs.iter().map(|r| r.seen()).collect();
+        let total: u64 = left.iter().sum();
+        let draws = (n as u64).min(total) as usize;
+        let mut per_bucket = vec![0usize; reservoirs.len()];
+        let mut remaining = total;
+        for _ in 0..draws {
+            let mut x = rng.random_range(0..remaining);
+            for (i, l) in left.iter_mut().enumerate() {
+                if x < *l {
+                    *l -= 1;
+                    per_bucket[i] += 1;
+                    break;
+                }
+                x -= *l;
+            }
+            remaining -= 1;
+        }
+        let mut out = Vec::with_capacity(draws);
+        for (r, &c) in reservoirs.iter().zip(&per_bucket) {
+            out.extend(r.pick(c, rng).into_iter().cloned());
+        }
+        Ok((out, buckets.len()))
+    }
+
+    /// Whether every raw event of the range is still in the log (retention may have dropped the
+    /// oldest).
+    pub fn raw_events_retained(&self, range: &TimeRange) -> bool {
+        let st = self.lock();
+        match st.log_retained_from {
+            None => true,
+            Some(from) => range.start.is_some_and(|s| s >= from),
+        }
+    }
+
+    /// Scans the raw events of the range in log order, calling `each` for the ones of `slice`.
+    /// Returns the number of events decoded. Pending (unflushed) events are written to the log
+    /// first, so the scan sees everything ingested.
+    pub fn scan(
+        &self,
+        slice: &Slice,
+        range: &TimeRange,
+        mut each: impl FnMut(&LogEvent<'_>),
+    ) -> Result<u64> {
+        let mut st = self.lock();
+        let tag = self.tag_id(&st, slice)?;
+        self.write_pending(&mut st)?;
+        let mut decoded = 0u64;
+        for entry in self.db.scan_prefix([keys::INDEX]) {
+            let (k, v) = entry.map_err(|source| StoreError::Engine {
+                path: self.path.clone(),
+                source,
+            })?;
+            let first = keys::seq_of(&k).unwrap_or(0);
+            let info = log::BlockInfo::decode(&v).map_err(|detail| StoreError::DamagedLog {
+                name: format!("log block index at event {first}"),
+                detail,
+            })?;
+            let overlaps = range.start.is_none_or(|s| info.max_time >= s)
+                && range.end.is_none_or(|e| info.min_time < e);
+            if !overlaps {
+                continue;
+            }
+            let block = self
+                .db
+                .get(keys::log(first))
+                .map_err(|source| StoreError::Engine {
+                    path: self.path.clone(),
+                    source,
+                })?
+                .ok_or_else(|| StoreError::DamagedLog {
+                    name: format!("log block at event {first}"),
+                    detail: "missing".into(),
+                })?;
+            log::decode_block(&block, |ev| {
+                decoded += 1;
+                if range.contains(ev.time) && (tag == keys::WHOLE || ev.tag_ids().contains(&tag)) {
+                    each(ev);
+                }
+            })
+            .map_err(|detail| StoreError::DamagedLog {
+                name: format!("log block at event {first}"),
+                detail,
+            })?;
+        }
+        Ok(decoded)
+    }
+
+    /// Scans and decodes events into owned [`Event`]s (tags resolved through the dictionary).
+    pub fn events(&self, slice: &Slice, range: &TimeRange) -> Result<Vec<Event>> {
+        let tags: Vec<(u32, String)> = self
+            .lock()
+            .tags
+            .all()
+            .map(|(i, n)| (i, n.to_string()))
+            .collect();
+        let mut dict = super::TagDict::default();
+        for (_, n) in &tags {
+            dict.intern(n);
+        }
+        let mut out = Vec::new();
+        self.scan(slice, range, |ev| out.push(Store::to_event(ev, &dict)))?;
+        Ok(out)
+    }
+
+    /// The compact form of an item, to compare with [`LogEvent::item`] without decoding.
+    pub fn item_key<'a>(item: &'a str, buf: &'a mut [u8; 20]) -> ItemRef<'a> {
+        ItemRef::of(item, buf)
+    }
+}
