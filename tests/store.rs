@@ -200,6 +200,9 @@ fn a_bad_event_rejects_the_whole_batch() {
     assert!(err.to_string().contains("colour"), "{err}");
     batch[50] = Event::new(T0, "", &[]);
     assert!(store.ingest_batch(&batch).is_err());
+    batch[50] = Event::new(T0, "0xabc", &[("chain", "c"), ("chain", "c")]);
+    let err = store.ingest_batch(&batch).expect_err("duplicate tag");
+    assert!(err.to_string().contains("chain:c appears twice"), "{err}");
     assert_eq!(
         store
             .count(&Slice::Whole, &TimeRange::all())
@@ -254,6 +257,19 @@ fn a_damaged_sketch_is_named_and_the_rest_stays_usable() {
             .0,
         events().len() as u64
     );
+    // A batch that needs the damaged set is refused whole, and the sets it loaded or created
+    // before hitting the damage (a new day, a new tag) are not left behind.
+    let before = store.buckets().expect("buckets");
+    let batch = vec![
+        Event::new(T0 + 9 * DAY, wallet_address(5, 1), &[("chain", "z")]),
+        Event::new(T0 + DAY + 5, wallet_address(5, 2), &[("chain", "a")]),
+    ];
+    let err = store
+        .ingest_batch(&batch)
+        .expect_err("touches the damaged set");
+    assert!(err.to_string().contains("chain:a"), "{err}");
+    assert_eq!(store.buckets().expect("buckets"), before);
+    assert!(!store.tags().contains(&"chain:z".to_string()));
 }
 
 #[test]

@@ -230,6 +230,8 @@ impl CountMin {
         if self.width != other.width
             || self.depth != other.depth
             || self.conservative != other.conservative
+            || self.epsilon.to_bits() != other.epsilon.to_bits()
+            || self.delta.to_bits() != other.delta.to_bits()
         {
             return Err(SketchError::incompatible(
                 SketchKind::CountMin,

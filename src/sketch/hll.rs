@@ -9,9 +9,10 @@
 //! `MurmurHash3_x64_128(item, 9001) = (h0, h1)`, the coupon address is the low 26 bits of `h0` and
 //! the value is `min(nlz(h1), 62) + 1`; a register is the low `p` bits of the address.
 //!
-//! Two forms: a **sparse** set of coupons while the count is small (a few bytes per distinct item
-//! and near-exact, because 2^26 addresses rarely collide), converted automatically to **dense**
-//! 6-bit registers (`2^p · 6 / 8` bytes: 12,288 at p = 14) once the coupons would outgrow them.
+//! Two forms: a **sparse** set of coupons while the count is small (4 bytes per distinct item
+//! stored, at most 8 bytes in memory, and near-exact because 2^26 addresses rarely collide),
+//! converted automatically to **dense** 6-bit registers (`2^p · 6 / 8` bytes: 12,288 at p = 14)
+//! before the in-memory coupon table could outgrow them (768 coupons at p = 14).
 //! The dense estimator is Ertl's improved raw estimator (2017), which has no mid-range bias and
 //! needs no empirical correction tables.
 
@@ -242,9 +243,11 @@ impl HyperLogLog {
         matches!(self.repr, Repr::Sparse(_))
     }
 
-    /// Coupons beyond which the sparse form would be larger than the dense one (4 bytes each).
+    /// Coupons beyond which the sparse form converts to dense. The in-memory coupon table is
+    /// kept at most half full (4 bytes a slot), so 1/16 of the dense size in coupons keeps the
+    /// table at or under 2/3 of the dense array's bytes (768 coupons, 8 KiB at p = 14).
     fn sparse_limit(&self) -> usize {
-        self.dense_bytes() / 4
+        self.dense_bytes() / 16
     }
 
     /// Adds an item from its MurmurHash3 words (for callers that hashed it already).

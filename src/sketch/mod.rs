@@ -35,7 +35,9 @@ use crate::codec::{self, CodecError};
 use crate::hash::Item;
 use serde::{de::DeserializeOwned, Serialize};
 
-/// The confidence level of every interval a sketch reports.
+/// The confidence level of the intervals the distinct-count families (Bloom estimate, HLL,
+/// Theta) report. Count-Min's per-item interval is one-sided at `1 - delta` instead (99% by
+/// default), as its own docs say.
 pub const CONFIDENCE: f64 = 0.95;
 
 /// Which family a blob holds; written into every encoded sketch so one can never be decoded as

@@ -211,6 +211,7 @@ impl<T: Serialize + DeserializeOwned + Clone> Sketch for Reservoir<T> {
         Estimate::exact(self.seen as f64)
     }
 
+    /// The slots of a full reservoir; heap data the events own (strings) is not counted.
     fn size_bytes(&self) -> usize {
         self.capacity * std::mem::size_of::<T>() + std::mem::size_of::<Self>()
     }

@@ -78,7 +78,7 @@ impl Theta {
 
     /// θ as a fraction of the hash space (1.0 until the sketch first discards).
     pub fn theta(&self) -> f64 {
-        self.theta as f64 / MAX_THETA as f64
+        self.theta as f64 / TWO_POW_63
     }
 
     /// Hashes retained below θ.

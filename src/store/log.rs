@@ -1,8 +1,8 @@
-//! The raw event log: compact columnar blocks that are both the write-ahead log and the source
-//! of exact answers.
+//! The raw event log: compact blocks (events one after another, each field varint- or
+//! dictionary-coded) that are both the write-ahead log and the source of exact answers.
 //!
 //! A block holds up to [`BLOCK_EVENTS`] consecutive events (by sequence number). Per event:
-//! the time as a zig-zag varint delta from the previous event; the item as a back-reference into
+//! the time as a zig-zag varint delta from the previous event (the first from 0); the item as a back-reference into
 //! the block's own dictionary of items, or a literal (a `0x` + 40-lower-case-hex wallet as its 20
 //! bytes, anything else as length + bytes); the tag ids as varints (the store's tag dictionary
 //! maps them to `field:value`); the verbatim extra fields as length + bytes. Blocks are framed
@@ -13,13 +13,14 @@
 
 use super::model::Event;
 use crate::codec::{self, CodecError};
-use std::collections::HashMap;
 
 /// Events per block: large enough that a block's header and frame cost well under a byte per
-/// event, small enough that a partial block rewritten at every flush stays cheap.
+/// event, small enough that decoding one block for a narrow scan stays cheap. A flush writes
+/// the partial block it has as a block of its own (blocks are never rewritten), so frequent
+/// small flushes make many small blocks.
 pub const BLOCK_EVENTS: usize = 4096;
 /// The blob kind of a log block in the codec frame.
-pub const BLOCK_KIND: u8 = 0x40;
+pub const BLOCK_KIND: u8 = 0x41;
 /// Tag values one event may carry.
 pub const MAX_TAGS: usize = 16;
 
@@ -153,6 +154,112 @@ impl BlockInfo {
     }
 }
 
+/// Builds one block event by event, so ingest encodes each event once instead of keeping a copy
+/// for later. Items repeated within the block are found by their MurmurHash3 word (computed at
+/// ingest anyway) and confirmed byte for byte, so a hash collision only costs a literal.
+pub struct BlockBuilder {
+    first_seq: u64,
+    count: u32,
+    min_time: i64,
+    max_time: i64,
+    prev_time: i64,
+    body: Vec<u8>,
+    /// Item fingerprint -> (dictionary index, literal form, offset and length in `body`).
+    dictionary: rustc_hash::FxHashMap<u64, (u64, u8, usize, usize)>,
+    next_index: u64,
+}
+
+impl BlockBuilder {
+    pub fn new(first_seq: u64) -> Self {
+        BlockBuilder {
+            first_seq,
+            count: 0,
+            min_time: i64::MAX,
+            max_time: i64::MIN,
+            prev_time: 0,
+            body: Vec::with_capacity(BLOCK_EVENTS * 28),
+            dictionary: Default::default(),
+            next_index: 0,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.count as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The sequence number the next pushed event gets.
+    pub fn next_seq(&self) -> u64 {
+        self.first_seq + u64::from(self.count)
+    }
+
+    /// Appends one event; `fingerprint` is any stable 64-bit hash of the item.
+    pub fn push(&mut self, time: i64, item: &str, fingerprint: u64, tags: &[u32], extra: &str) {
+        self.count += 1;
+        self.min_time = self.min_time.min(time);
+        self.max_time = self.max_time.max(time);
+        put_varint(&mut self.body, zigzag(time.wrapping_sub(self.prev_time)));
+        self.prev_time = time;
+        let mut buf = [0u8; 20];
+        let (form, compact): (u8, &[u8]) = if wallet_bytes(item, &mut buf) {
+            (LITERAL_HEX, &buf)
+        } else {
+            (LITERAL_RAW, item.as_bytes())
+        };
+        let known = self
+            .dictionary
+            .get(&fingerprint)
+            .and_then(|&(index, f, at, len)| {
+                (f == form && self.body.get(at..at + len) == Some(compact)).then_some(index)
+            });
+        match known {
+            Some(index) => put_varint(&mut self.body, index + 1),
+            None => {
+                self.body.push(0);
+                self.body.push(form);
+                if form == LITERAL_RAW {
+                    put_varint(&mut self.body, compact.len() as u64);
+                }
+                let at = self.body.len();
+                self.body.extend_from_slice(compact);
+                self.dictionary.entry(fingerprint).or_insert((
+                    self.next_index,
+                    form,
+                    at,
+                    compact.len(),
+                ));
+                self.next_index += 1;
+            }
+        }
+        put_varint(&mut self.body, tags.len() as u64);
+        for &t in tags {
+            put_varint(&mut self.body, u64::from(t));
+        }
+        put_varint(&mut self.body, extra.len() as u64);
+        self.body.extend_from_slice(extra.as_bytes());
+    }
+
+    /// The framed block and its summary.
+    pub fn finish(&self) -> Result<(Vec<u8>, BlockInfo), CodecError> {
+        let info = BlockInfo {
+            first_seq: self.first_seq,
+            count: self.count,
+            min_time: if self.count == 0 { 0 } else { self.min_time },
+            max_time: if self.count == 0 { 0 } else { self.max_time },
+        };
+        let mut payload = Vec::with_capacity(self.body.len() + 28);
+        payload.extend_from_slice(&info.first_seq.to_le_bytes());
+        payload.extend_from_slice(&info.count.to_le_bytes());
+        payload.extend_from_slice(&info.min_time.to_le_bytes());
+        payload.extend_from_slice(&info.max_time.to_le_bytes());
+        payload.extend_from_slice(&self.body);
+        Ok((codec::frame(BLOCK_KIND, &payload)?, info))
+    }
+}
+
 /// Encodes consecutive events (the first has sequence number `first_seq`); `tag_ids[i]` are the
 /// dictionary ids of event i's tags. Returns the framed block and its summary.
 pub fn encode_block(
@@ -160,49 +267,12 @@ pub fn encode_block(
     events: &[Event],
     tag_ids: &[Vec<u32>],
 ) -> Result<(Vec<u8>, BlockInfo), CodecError> {
-    let min_time = events.iter().map(|e| e.time).min().unwrap_or(0);
-    let max_time = events.iter().map(|e| e.time).max().unwrap_or(0);
-    let info = BlockInfo {
-        first_seq,
-        count: events.len() as u32,
-        min_time,
-        max_time,
-    };
-    let mut out = Vec::with_capacity(events.len() * 28 + 32);
-    out.extend_from_slice(&first_seq.to_le_bytes());
-    out.extend_from_slice(&info.count.to_le_bytes());
-    out.extend_from_slice(&min_time.to_le_bytes());
-    out.extend_from_slice(&max_time.to_le_bytes());
-    let mut dictionary: HashMap<&str, u64> = HashMap::new();
-    let mut prev = min_time;
-    for (event, tags) in events.iter().zip(tag_ids) {
-        put_varint(&mut out, zigzag(event.time.wrapping_sub(prev)));
-        prev = event.time;
-        match dictionary.get(event.item.as_str()) {
-            Some(&i) => put_varint(&mut out, i + 1),
-            None => {
-                out.push(0);
-                let mut buf = [0u8; 20];
-                if wallet_bytes(&event.item, &mut buf) {
-                    out.push(LITERAL_HEX);
-                    out.extend_from_slice(&buf);
-                } else {
-                    out.push(LITERAL_RAW);
-                    put_varint(&mut out, event.item.len() as u64);
-                    out.extend_from_slice(event.item.as_bytes());
-                }
-                let next = dictionary.len() as u64;
-                dictionary.insert(&event.item, next);
-            }
-        }
-        put_varint(&mut out, tags.len() as u64);
-        for &t in tags {
-            put_varint(&mut out, u64::from(t));
-        }
-        put_varint(&mut out, event.extra.len() as u64);
-        out.extend_from_slice(event.extra.as_bytes());
+    let mut b = BlockBuilder::new(first_seq);
+    for (e, tags) in events.iter().zip(tag_ids) {
+        let fingerprint = crate::hash::murmur(e.item.as_bytes())[0];
+        b.push(e.time, &e.item, fingerprint, tags, &e.extra);
     }
-    Ok((codec::frame(BLOCK_KIND, &out)?, info))
+    b.finish()
 }
 
 struct Reader<'a> {
@@ -279,7 +349,7 @@ pub fn decode_block<'a>(
         max_time: r.u64_le()? as i64,
     };
     let mut dictionary: Vec<ItemRef<'a>> = Vec::new();
-    let mut prev = info.min_time;
+    let mut prev = 0i64;
     for i in 0..u64::from(info.count) {
         let time = prev.wrapping_add(unzigzag(r.varint()?));
         prev = time;

@@ -28,6 +28,7 @@ use crate::sketch::{
     Theta,
 };
 use keys::Part;
+use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -71,6 +72,8 @@ pub(crate) struct Active {
 #[derive(Default)]
 pub(crate) struct TagDict {
     by_name: HashMap<String, u32>,
+    /// field -> value -> id, so ingest looks a tag up without building its name.
+    by_pair: FxHashMap<String, FxHashMap<String, u32>>,
     /// `names[id - 1]` is tag `id`'s `field:value`.
     names: Vec<String>,
     /// Ids below this are stored; the rest must be written with the next log block.
@@ -95,13 +98,32 @@ impl TagDict {
         self.names.push(name.to_string());
         let id = self.names.len() as u32;
         self.by_name.insert(name.to_string(), id);
+        if let Some((field, value)) = name.split_once(':') {
+            self.by_pair
+                .entry(field.to_string())
+                .or_default()
+                .insert(value.to_string(), id);
+        }
         id
+    }
+
+    /// The id of tag `field:value`, interning it if new.
+    fn intern_pair(&mut self, field: &str, value: &str) -> u32 {
+        match self.by_pair.get(field).and_then(|values| values.get(value)) {
+            Some(&id) => id,
+            None => self.intern(&format!("{field}:{value}")),
+        }
     }
 
     /// Forgets ids handed out after `len` (a rejected batch must leave no trace).
     fn truncate(&mut self, len: usize) {
         for name in self.names.drain(len..) {
             self.by_name.remove(&name);
+            if let Some((field, value)) = name.split_once(':') {
+                if let Some(values) = self.by_pair.get_mut(field) {
+                    values.remove(value);
+                }
+            }
         }
     }
 
@@ -113,22 +135,32 @@ impl TagDict {
     }
 }
 
+impl State {
+    /// Moves the open block to the sealed ones (infallible: encoding waits for the write).
+    fn seal_block(&mut self) {
+        let next = log::BlockBuilder::new(self.next_seq);
+        let full = std::mem::replace(&mut self.open_block, next);
+        self.sealed.push(full);
+    }
+}
+
 pub(crate) struct State {
     pub(crate) tags: TagDict,
     next_seq: u64,
-    /// Events ingested but not yet in the log, starting at sequence `pending_first`.
-    pending: Vec<Event>,
-    pending_tags: Vec<Vec<u32>>,
-    pending_first: u64,
-    pub(crate) sets: HashMap<(u32, i64), Active>,
+    /// Events ingested but not yet in the log: full blocks, and the block being filled.
+    sealed: Vec<log::BlockBuilder>,
+    open_block: log::BlockBuilder,
+    pub(crate) sets: FxHashMap<(u32, i64), Active>,
     pub(crate) all_time: ScalableBloom,
     all_time_pos: u64,
     checkpoint_pos: u64,
     since_checkpoint: u64,
     clock: u64,
     /// Per (tag, bucket): the clock value of its last change, for cache validation.
-    pub(crate) modified: HashMap<(u32, i64), u64>,
+    pub(crate) modified: FxHashMap<(u32, i64), u64>,
     pub(crate) cache: ops::Cache,
+    /// A background checkpoint that failed inside `ingest_batch`, reported by the next flush.
+    deferred_error: Option<String>,
     /// The newest event time seen (retention is measured against it).
     newest: Option<i64>,
     /// Events older than this were dropped from the log by retention.
@@ -254,10 +286,23 @@ impl Store {
         let mut tags = TagDict::default();
         for entry in db.scan_prefix([keys::TAG]) {
             let (k, v) = entry.map_err(engine(&path))?;
+            let id = k
+                .get(1..5)
+                .and_then(|b| b.try_into().ok())
+                .map(u32::from_be_bytes);
             let name: String = codec::decode(TAG_KIND, &v).map_err(|e| StoreError::DamagedLog {
-                name: format!("tag dictionary entry {:?}", k.get(1..)),
+                name: format!("tag dictionary entry {id:?}"),
                 detail: e.to_string(),
             })?;
+            // Ids are dense and in key order; a gap or repeat would silently shift every later
+            // tag onto the wrong sketches.
+            let expected = tags.names.len() as u32 + 1;
+            if id != Some(expected) || tags.id(&name).is_some() {
+                return Err(StoreError::DamagedLog {
+                    name: format!("tag dictionary entry {id:?} ('{name}')"),
+                    detail: format!("expected id {expected}: the dictionary has a gap or a repeat"),
+                });
+            }
             tags.intern(&name);
         }
         tags.persisted = tags.names.len() as u32;
@@ -296,21 +341,24 @@ impl Store {
             None => 0,
         };
 
+        // Retention may have dropped the newest blocks (late events older than the window);
+        // sequence numbers must never be reused, so positions recorded elsewhere count too.
+        let next_seq = next_seq.max(checkpoint.log_pos).max(all_time.log_pos);
         let state = State {
             tags,
             next_seq,
-            pending: Vec::new(),
-            pending_tags: Vec::new(),
-            pending_first: next_seq,
-            sets: HashMap::new(),
+            sealed: Vec::new(),
+            open_block: log::BlockBuilder::new(next_seq),
+            sets: FxHashMap::default(),
             all_time: all_time.bloom,
             all_time_pos: all_time.log_pos,
             checkpoint_pos: checkpoint.log_pos,
             since_checkpoint: 0,
             clock: 0,
-            modified: HashMap::new(),
+            modified: FxHashMap::default(),
             cache: ops::Cache::new(config.cache_bytes),
             newest: None,
+            deferred_error: None,
             log_retained_from,
         };
         let store = Store {
@@ -556,7 +604,7 @@ impl Store {
                     events,
                 };
                 set.validate().map_err(|source| StoreError::Damaged {
-                    name: format!("sketch set of bucket {}", self.config.bucket.label(bucket)),
+                    name: self.blob_name(tags, Part::Header, tag, bucket),
                     source,
                 })?;
                 Active {
@@ -599,6 +647,14 @@ impl Store {
                 if value.is_empty() {
                     return Err(bad(format!("tag '{field}' has an empty value")));
                 }
+                if e.tags
+                    .iter()
+                    .filter(|(f, v)| f == field && v == value)
+                    .count()
+                    > 1
+                {
+                    return Err(bad(format!("tag {field}:{value} appears twice")));
+                }
             }
         }
         Ok(())
@@ -616,56 +672,105 @@ impl Store {
         let tags_before = st.tags.names.len();
         // Resolve tags and load every set the batch touches before changing any of them, so a
         // damaged blob rejects the whole batch and leaves memory as it was.
-        let mut routed: Vec<(i64, Vec<u32>)> = Vec::with_capacity(events.len());
+        let mut buckets: Vec<i64> = Vec::with_capacity(events.len());
+        let mut tag_ids: Vec<u32> = Vec::with_capacity(events.len());
+        let mut tag_ends: Vec<usize> = Vec::with_capacity(events.len());
         for e in events {
-            let ids: Vec<u32> = e
-                .tags
-                .iter()
-                .map(|(f, v)| st.tags.intern(&format!("{f}:{v}")))
-                .collect();
-            routed.push((self.config.bucket.bucket_of(e.time), ids));
+            for (f, v) in &e.tags {
+                let id = st.tags.intern_pair(f, v);
+                tag_ids.push(id);
+            }
+            tag_ends.push(tag_ids.len());
+            buckets.push(self.config.bucket.bucket_of(e.time));
         }
-        let mut needed: Vec<(u32, i64)> = routed
-            .iter()
-            .flat_map(|(b, ids)| {
-                std::iter::once(keys::WHOLE)
-                    .chain(ids.iter().copied())
-                    .map(move |t| (t, *b))
-            })
-            .collect();
+        let mut needed: Vec<(u32, i64)> = Vec::new();
+        let mut start = 0;
+        for (&bucket, &end) in buckets.iter().zip(&tag_ends) {
+            needed.push((keys::WHOLE, bucket));
+            needed.extend(tag_ids[start..end].iter().map(|&t| (t, bucket)));
+            start = end;
+        }
         needed.sort_unstable();
         needed.dedup();
+        let mut loaded_now: Vec<(u32, i64)> = Vec::new();
         for &(tag, bucket) in &needed {
+            if st.sets.contains_key(&(tag, bucket)) {
+                continue;
+            }
             if let Err(e) = self.ensure_loaded(&mut st, tag, bucket) {
+                for key in loaded_now {
+                    st.sets.remove(&key);
+                }
                 st.tags.truncate(tags_before);
                 return Err(e);
             }
+            loaded_now.push((tag, bucket));
         }
         st.clock += 1;
         let clock = st.clock;
-        for (event, (bucket, ids)) in events.iter().zip(routed) {
-            let seq = st.next_seq;
-            st.next_seq += 1;
-            let item = Item::new(event.item.as_bytes());
-            for tag in std::iter::once(keys::WHOLE).chain(ids.iter().copied()) {
-                if let Some(active) = st.sets.get_mut(&(tag, bucket)) {
-                    active.set.update(&item, || event.clone());
-                    active.log_pos = seq + 1;
-                    active.dirty = true;
-                    active.last_used = clock;
-                }
-                st.modified.insert((tag, bucket), clock);
+        for &key in &needed {
+            st.modified.insert(key, clock);
+            if let Some(active) = st.sets.get_mut(&key) {
+                active.dirty = true;
+                active.last_used = clock;
             }
-            st.all_time.insert(&item.hashes.sha);
-            st.all_time_pos = seq + 1;
-            st.newest = Some(st.newest.map_or(event.time, |n| n.max(event.time)));
-            st.pending.push(event.clone());
-            st.pending_tags.push(ids);
         }
+        // Hash every item once, then feed each set its events family by family (see
+        // `SketchSet::update_batch`); each set still sees its events in log order.
+        let items: Vec<Item> = events
+            .iter()
+            .map(|e| Item::new(e.item.as_bytes()))
+            .collect();
+        let mut routes: FxHashMap<(u32, i64), Vec<usize>> = FxHashMap::default();
+        let mut start = 0;
+        for (i, (&bucket, &end)) in buckets.iter().zip(&tag_ends).enumerate() {
+            routes.entry((keys::WHOLE, bucket)).or_default().push(i);
+            for &t in &tag_ids[start..end] {
+                routes.entry((t, bucket)).or_default().push(i);
+            }
+            start = end;
+        }
+        let first_seq = st.next_seq;
+        for (key, which) in &routes {
+            if let Some(active) = st.sets.get_mut(key) {
+                active
+                    .set
+                    .update_batch(&items, which, |i| events[i].clone());
+                if let Some(&last) = which.last() {
+                    active.log_pos = first_seq + last as u64 + 1;
+                }
+            }
+        }
+        for item in &items {
+            st.all_time.insert(&item.hashes.sha);
+        }
+        let mut start = 0;
+        for ((event, item), &end) in events.iter().zip(&items).zip(&tag_ends) {
+            let ids = &tag_ids[start..end];
+            start = end;
+            st.next_seq += 1;
+            st.newest = Some(st.newest.map_or(event.time, |n| n.max(event.time)));
+            st.open_block.push(
+                event.time,
+                &event.item,
+                item.hashes.murmur[0],
+                ids,
+                &event.extra,
+            );
+            if st.open_block.len() == log::BLOCK_EVENTS {
+                st.seal_block();
+            }
+        }
+        st.all_time_pos = st.next_seq;
         st.since_checkpoint += events.len() as u64;
         let over_budget = self.memory_in_use(&st) > self.config.memory_budget;
         if st.since_checkpoint >= self.config.checkpoint_every || over_budget {
-            self.checkpoint_locked(&mut st)?;
+            // The batch is applied whatever happens here; failing the call would invite a retry
+            // that counts it twice. A failed checkpoint is retried, and reported, by the next
+            // flush.
+            if let Err(e) = self.checkpoint_locked(&mut st) {
+                st.deferred_error = Some(e.to_string());
+            }
         }
         Ok(())
     }
@@ -684,38 +789,33 @@ impl Store {
             })?;
             batch.insert(&keys::tag(id), blob);
         }
-        let mut first = st.pending_first;
-        for (events, tags) in st
-            .pending
-            .chunks(log::BLOCK_EVENTS)
-            .zip(st.pending_tags.chunks(log::BLOCK_EVENTS))
-        {
-            let (blob, info) =
-                log::encode_block(first, events, tags).map_err(|e| StoreError::DamagedLog {
-                    name: format!("log block at event {first}"),
-                    detail: e.to_string(),
-                })?;
-            let index = info.encode().map_err(|e| StoreError::DamagedLog {
-                name: format!("log block index at event {first}"),
+        if !st.open_block.is_empty() {
+            st.seal_block();
+        }
+        for block in &st.sealed {
+            let first = block.next_seq() - block.len() as u64;
+            let encoding = |e: codec::CodecError| StoreError::DamagedLog {
+                name: format!("log block at event {first}"),
                 detail: e.to_string(),
-            })?;
-            batch.insert(&keys::log(first), blob);
-            batch.insert(&keys::index(first), index);
-            first = info.end_seq();
+            };
+            let (blob, info) = block.finish().map_err(encoding)?;
+            let index = info.encode().map_err(encoding)?;
+            batch.insert(&keys::log(info.first_seq), blob);
+            batch.insert(&keys::index(info.first_seq), index);
         }
         Ok(())
     }
 
     fn after_log_written(st: &mut State) {
         st.tags.persisted = st.tags.names.len() as u32;
-        st.pending.clear();
-        st.pending_tags.clear();
-        st.pending_first = st.next_seq;
+        st.sealed.clear();
+        st.open_block = log::BlockBuilder::new(st.next_seq);
     }
 
     /// Writes the pending log without syncing (queries that scan the log need it there).
     pub(crate) fn write_pending(&self, st: &mut State) -> Result<()> {
-        if st.pending.is_empty() && st.tags.persisted as usize == st.tags.names.len() {
+        let nothing_pending = st.sealed.is_empty() && st.open_block.is_empty();
+        if nothing_pending && st.tags.persisted as usize == st.tags.names.len() {
             return Ok(());
         }
         let mut batch = sled::Batch::default();
@@ -728,6 +828,14 @@ impl Store {
     /// Makes everything ingested so far durable: on return, a crash loses none of it.
     pub fn flush(&self) -> Result<()> {
         let mut st = self.lock();
+        if let Some(earlier) = st.deferred_error.take() {
+            // Retry the checkpoint that failed during ingest; it also writes the pending log.
+            self.checkpoint_locked(&mut st)
+                .map_err(|e| StoreError::DamagedLog {
+                    name: format!("checkpoint of {}", self.path.display()),
+                    detail: format!("failed during ingest ({earlier}) and again on flush: {e}"),
+                })?;
+        }
         self.write_pending(&mut st)?;
         self.db.flush().map_err(engine(&self.path))?;
         Ok(())
@@ -742,13 +850,22 @@ impl Store {
     }
 
     fn checkpoint_locked(&self, st: &mut State) -> Result<()> {
+        let unchanged = st.since_checkpoint == 0
+            && st.sealed.is_empty()
+            && st.open_block.is_empty()
+            && st.checkpoint_pos == st.next_seq
+            && st.sets.values().all(|a| !a.dirty);
+        if unchanged {
+            return Ok(());
+        }
         let mut batch = sled::Batch::default();
         self.log_into(st, &mut batch)?;
         let pos = st.next_seq;
         let encode_err =
             |name: String| move |source: SketchError| StoreError::Damaged { name, source };
+        let tags = &st.tags;
         for (&(tag, bucket), active) in st.sets.iter_mut().filter(|(_, a)| a.dirty) {
-            let name = |part: Part| format!("{part:?} of bucket {bucket}, tag {tag}");
+            let name = |part: Part| self.blob_name(tags, part, tag, bucket);
             let s = &active.set;
             batch.insert(
                 &keys::sketch(Part::Bloom, tag, bucket),
@@ -801,7 +918,7 @@ impl Store {
         self.db.flush().map_err(engine(&self.path))?;
         Self::after_log_written(st);
         if let Some(t) = expired {
-            st.log_retained_from = Some(t);
+            st.log_retained_from = Some(st.log_retained_from.map_or(t, |old| old.max(t)));
         }
         for active in st.sets.values_mut() {
             active.dirty = false;
@@ -854,11 +971,10 @@ impl Store {
             }
         }
         if dropped_any {
-            batch.insert(
-                keys::meta("retained_from"),
-                Self::blob(&self.path, &cutoff)?,
-            );
-            return Ok(Some(cutoff));
+            // Never move backwards: `newest` is only known for events seen since open.
+            let from = st.log_retained_from.map_or(cutoff, |old| old.max(cutoff));
+            batch.insert(keys::meta("retained_from"), Self::blob(&self.path, &from)?);
+            return Ok(Some(from));
         }
         Ok(None)
     }

@@ -560,8 +560,18 @@ impl Store {
         mut each: impl FnMut(&LogEvent<'_>),
     ) -> Result<u64> {
         let mut st = self.lock();
-        let tag = self.tag_id(&st, slice)?;
-        self.write_pending(&mut st)?;
+        self.scan_locked(&mut st, slice, range, |ev, _| each(ev))
+    }
+
+    fn scan_locked(
+        &self,
+        st: &mut State,
+        slice: &Slice,
+        range: &TimeRange,
+        mut each: impl FnMut(&LogEvent<'_>, &super::TagDict),
+    ) -> Result<u64> {
+        let tag = self.tag_id(st, slice)?;
+        self.write_pending(st)?;
         let mut decoded = 0u64;
         for entry in self.db.scan_prefix([keys::INDEX]) {
             let (k, v) = entry.map_err(|source| StoreError::Engine {
@@ -589,10 +599,11 @@ impl Store {
                     name: format!("log block at event {first}"),
                     detail: "missing".into(),
                 })?;
+            let tags = &st.tags;
             log::decode_block(&block, |ev| {
                 decoded += 1;
                 if range.contains(ev.time) && (tag == keys::WHOLE || ev.tag_ids().contains(&tag)) {
-                    each(ev);
+                    each(ev, tags);
                 }
             })
             .map_err(|detail| StoreError::DamagedLog {
@@ -603,20 +614,14 @@ impl Store {
         Ok(decoded)
     }
 
-    /// Scans and decodes events into owned [`Event`]s (tags resolved through the dictionary).
+    /// Scans and decodes events into owned [`Event`]s (tags resolved through the dictionary,
+    /// under the same lock as the scan).
     pub fn events(&self, slice: &Slice, range: &TimeRange) -> Result<Vec<Event>> {
-        let tags: Vec<(u32, String)> = self
-            .lock()
-            .tags
-            .all()
-            .map(|(i, n)| (i, n.to_string()))
-            .collect();
-        let mut dict = super::TagDict::default();
-        for (_, n) in &tags {
-            dict.intern(n);
-        }
+        let mut st = self.lock();
         let mut out = Vec::new();
-        self.scan(slice, range, |ev| out.push(Store::to_event(ev, &dict)))?;
+        self.scan_locked(&mut st, slice, range, |ev, tags| {
+            out.push(Store::to_event(ev, tags))
+        })?;
         Ok(out)
     }
 
