@@ -414,3 +414,34 @@ fn tempdir() -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).expect("temp dir");
     dir
 }
+
+/// Sampling across buckets follows the buckets' event counts: a day with 9,000 events and one
+/// with 1,000 should give 90% and 10% of a sample. Over 400 samples of 100 the count from the
+/// small day is hypergeometric-ish with mean 4,000 and sd ≈ sqrt(40,000·0.1·0.9) = 60; the
+/// band ±300 is 5 sd, so only a real bias (such as splitting evenly per bucket) fails it.
+#[test]
+fn samples_across_buckets_follow_their_event_counts() {
+    let dir = tempdir();
+    let store = Store::create(&dir, small_config()).expect("create");
+    let mut batch: Vec<Event> = (0..9_000u64)
+        .map(|i| Event::new(T0 + i as i64, wallet_address(6, i), &[("chain", "a")]))
+        .collect();
+    batch.extend(
+        (0..1_000u64)
+            .map(|i| Event::new(T0 + DAY + i as i64, wallet_address(7, i), &[("chain", "a")])),
+    );
+    store.ingest_batch(&batch).expect("ingest");
+    let mut rng = StdRng::seed_from_u64(11);
+    let mut small_day = 0;
+    for _ in 0..400 {
+        let (sample, buckets) = store
+            .sample(&Slice::Whole, &TimeRange::all(), 100, &mut rng)
+            .expect("sample");
+        assert_eq!((sample.len(), buckets), (100, 2));
+        small_day += sample.iter().filter(|e| e.time >= T0 + DAY).count();
+    }
+    assert!(
+        (3_700..=4_300).contains(&small_day),
+        "{small_day} of 40,000 from the small day"
+    );
+}
