@@ -13,6 +13,7 @@
 pub mod codec;
 pub mod gen;
 pub mod hash;
+pub mod query;
 pub mod sketch;
 pub mod store;
 

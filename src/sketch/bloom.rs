@@ -171,6 +171,27 @@ impl BloomFilter {
         changed
     }
 
+    /// Asks the CPU to start loading the cache lines an item's probes will touch, so a caller
+    /// working through many items can overlap their misses (see `SketchSet::update_batch`).
+    /// A hint only: it changes nothing and may do nothing.
+    #[inline]
+    pub fn prefetch(&self, sha: &ShaWords) {
+        #[cfg(target_arch = "x86_64")]
+        for p in self.m.positions(sha).take(self.k as usize) {
+            let byte = &self.bits[(p >> 3) as usize];
+            // SAFETY: `_mm_prefetch` never dereferences its argument (it is a hint that cannot
+            // fault), and the pointer comes from a live reference into `self.bits` anyway; SSE
+            // is part of the x86_64 baseline, so the instruction always exists.
+            unsafe {
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                    (byte as *const u8).cast::<i8>(),
+                );
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = sha;
+    }
+
     /// `false`: certainly never inserted. `true`: maybe (see [`BloomFilter::predicted_fpr`]).
     #[inline]
     pub fn contains(&self, sha: &ShaWords) -> bool {
@@ -356,6 +377,14 @@ impl ScalableBloom {
         // A layer too big to address is not added; the last one keeps filling and reports it.
         if let Ok(layer) = BloomFilter::new(capacity, fpr) {
             self.layers.push(layer);
+        }
+    }
+
+    /// Starts loading the cache lines every layer's probes will touch (a hint; see
+    /// [`BloomFilter::prefetch`]).
+    pub fn prefetch(&self, sha: &ShaWords) {
+        for layer in &self.layers {
+            layer.prefetch(sha);
         }
     }
 

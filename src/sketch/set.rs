@@ -121,7 +121,13 @@ impl<E> SketchSet<E> {
         which: &[usize],
         event: impl Fn(usize) -> E,
     ) {
-        for &i in which {
+        // Prefetch a few items ahead: each insert is seven independent misses into a filter
+        // larger than L2, and the loop body is too big for the CPU to look that far ahead alone.
+        const AHEAD: usize = 8;
+        for (n, &i) in which.iter().enumerate() {
+            if let Some(&ahead) = which.get(n + AHEAD) {
+                self.bloom.prefetch(&items[ahead].hashes.sha);
+            }
             self.bloom.insert(&items[i].hashes.sha);
         }
         for &i in which {

@@ -741,7 +741,10 @@ impl Store {
                 }
             }
         }
-        for item in &items {
+        for (n, item) in items.iter().enumerate() {
+            if let Some(ahead) = items.get(n + 8) {
+                st.all_time.prefetch(&ahead.hashes.sha);
+            }
             st.all_time.insert(&item.hashes.sha);
         }
         let mut start = 0;

@@ -259,6 +259,13 @@ impl Store {
         Ok(out)
     }
 
+    /// The dictionary id of a slice's tag (0 for the whole stream), as carried by
+    /// [`LogEvent::tag_ids`]; an unknown tag is an error naming the known values.
+    pub fn tag_id_of(&self, slice: &Slice) -> Result<u32> {
+        let st = self.lock();
+        self.tag_id(&st, slice)
+    }
+
     /// All buckets of the whole stream, with their exact event counts.
     pub fn buckets(&self) -> Result<Vec<(i64, u64)>> {
         let st = self.lock();

@@ -1,0 +1,789 @@
+//! The executor: runs a [`Plan`] against the store and builds the [`Answer`]. It makes no choice
+//! of structure (the planner did) except the one SPEC.md gives it: when an approximate answer's
+//! interval is too wide and the raw events are there, it answers exactly and says so.
+
+use super::answer::{thousands, Answer, Kind};
+use super::ast::{SetExpr, Statement};
+use super::parser::{parse, SyntaxError};
+use super::plan::{plan, resolve_range, Method, Plan, Refusal, Shape};
+use crate::sketch::{HyperLogLog, Sketch, Theta};
+use crate::store::log::{ItemRef, LogEvent};
+use crate::store::{Slice, Store, StoreError, TimeRange};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use std::collections::HashMap;
+
+/// Everything that can stop a query.
+#[derive(Debug, thiserror::Error)]
+pub enum QueryError {
+    #[error("{0}")]
+    Syntax(#[from] SyntaxError),
+    #[error("refused: {0}")]
+    Refused(#[from] Refusal),
+    #[error("{0}")]
+    Store(#[from] StoreError),
+}
+
+/// When to replace an approximate answer by an exact one.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Options {
+    /// Fall back when the 95% interval's half-width exceeds this fraction of the value.
+    pub fallback_width: f64,
+    /// Never scan more raw events than this for an automatic fallback.
+    pub scan_budget: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            fallback_width: 0.25,
+            scan_budget: 50_000_000,
+        }
+    }
+}
+
+/// A conversation with a store: the clock (`SET NOW`), fallback options and the random source
+/// for samples. `Store::query` uses a fresh one per call.
+pub struct Session<'s> {
+    pub store: &'s Store,
+    pub now: Option<i64>,
+    pub options: Options,
+    rng: StdRng,
+}
+
+impl<'s> Session<'s> {
+    pub fn new(store: &'s Store) -> Self {
+        Session {
+            store,
+            now: None,
+            options: Options::default(),
+            rng: StdRng::from_os_rng(),
+        }
+    }
+
+    /// Reproducible samples.
+    pub fn with_seed(store: &'s Store, seed: u64) -> Self {
+        Session {
+            rng: StdRng::seed_from_u64(seed),
+            ..Session::new(store)
+        }
+    }
+
+    pub fn now(&self) -> i64 {
+        self.now
+            .unwrap_or_else(|| chrono::Utc::now().timestamp_millis())
+    }
+
+    /// Parses and plans a statement, to run it later (possibly many times) with [`Session::run`].
+    pub fn prepare(&self, text: &str) -> Result<Plan, QueryError> {
+        let st = parse(text)?;
+        let config = self.store.config();
+        Ok(plan(&st, self.now(), config.bucket, &config.item_field)?)
+    }
+
+    /// Parses, plans and runs one statement.
+    pub fn query(&mut self, text: &str) -> Result<Answer, QueryError> {
+        let plan = self.prepare(text)?;
+        self.run(&plan)
+    }
+
+    /// Runs a prepared plan.
+    pub fn run(&mut self, plan: &Plan) -> Result<Answer, QueryError> {
+        // Relative ranges were resolved when the plan was made; re-resolve against the current
+        // clock so a prepared `FROM today` keeps meaning today.
+        let mut plan = plan.clone();
+        if let Some(range) = range_of(&plan.statement) {
+            let (r, label) = resolve_range(range, self.now(), self.store.config().bucket);
+            plan.range = r;
+            plan.range_label = label;
+        }
+        let answer = match &plan.statement {
+            Statement::Distinct { .. } => self.distinct(&plan)?,
+            Statement::Seen { value, .. } => self.seen(&plan, value)?,
+            Statement::CountValue { value, .. } => self.count_value(&plan, value)?,
+            Statement::Count { .. } => self.count(&plan)?,
+            Statement::Top { n, .. } => self.top(&plan, *n)?,
+            Statement::Sample { n, per, .. } => self.sample(&plan, *n, per.as_deref())?,
+            Statement::SetNow(d) => {
+                self.now = Some(super::plan::date_ms(d));
+                Answer::text(Kind::Info, format!("now = {d}"), "meta", true, 0)
+            }
+            other => super::meta::answer(self.store, other)?,
+        };
+        Ok(if plan.explain {
+            explain(&plan, &answer)
+        } else {
+            answer
+        })
+    }
+
+    fn events_in(&self, range: &TimeRange) -> Result<u64, QueryError> {
+        Ok(self.store.count(&Slice::Whole, range)?.0)
+    }
+
+    /// Whether an exact scan may replace an approximate answer, or why not.
+    fn may_scan(&self, range: &TimeRange) -> Result<Result<u64, String>, QueryError> {
+        if !self.store.raw_events_retained(range) {
+            return Ok(Err("raw events for part of the range have expired".into()));
+        }
+        let n = self.events_in(range)?;
+        if n > self.options.scan_budget {
+            return Ok(Err(format!(
+                "an exact scan would read {} events, over the budget of {}",
+                thousands(n as f64),
+                thousands(self.options.scan_budget as f64)
+            )));
+        }
+        Ok(Ok(n))
+    }
+
+    fn too_wide(&self, value: f64, lower: f64, upper: f64) -> bool {
+        lower <= 0.0 || (upper - lower) / 2.0 > self.options.fallback_width * value.abs()
+    }
+
+    /// Takes the exact answer instead when the approximate one is too wide, or says why not.
+    fn maybe_fallback(
+        &mut self,
+        plan: &Plan,
+        approx: Answer,
+        exact: impl FnOnce(&mut Self) -> Result<Answer, QueryError>,
+    ) -> Result<Answer, QueryError> {
+        let (Some(lo), Some(hi)) = (approx.lower, approx.upper) else {
+            return Ok(approx);
+        };
+        let super::answer::Value::Number(v) = approx.value else {
+            return Ok(approx);
+        };
+        if approx.exact || !self.too_wide(v, lo, hi) {
+            return Ok(approx);
+        }
+        let width = if v > 0.0 {
+            format!("±{:.0}%", (hi - lo) / 2.0 / v * 100.0)
+        } else {
+            "from zero".into()
+        };
+        match self.may_scan(&plan.range)? {
+            Ok(n) => {
+                let a = exact(self)?;
+                Ok(a.note(format!(
+                    "answered exactly from {} raw events: the {} 95% interval was {width}, wider than ±{:.0}%",
+                    thousands(n as f64),
+                    approx.method,
+                    self.options.fallback_width * 100.0
+                )))
+            }
+            Err(why) => Ok(approx.note(format!(
+                "the interval is {width}, but no exact fallback: {why}"
+            ))),
+        }
+    }
+
+    fn merged_hll(
+        &self,
+        slices: &[Slice],
+        range: &TimeRange,
+    ) -> Result<(Option<HyperLogLog>, usize, usize), QueryError> {
+        let mut acc: Option<HyperLogLog> = None;
+        let (mut buckets, mut bytes) = (0, 0);
+        for s in slices {
+            let m = self.store.merged_hll(s, range)?;
+            buckets += m.buckets;
+            bytes += m.bytes;
+            if let Some(h) = m.sketch {
+                match &mut acc {
+                    None => acc = Some(h),
+                    Some(a) => a.merge(&h).map_err(|e| StoreError::Query(e.to_string()))?,
+                }
+            }
+        }
+        Ok((acc, buckets, bytes))
+    }
+
+    fn theta_of(
+        &self,
+        e: &SetExpr,
+        range: &TimeRange,
+        reads: &mut (usize, usize),
+    ) -> Result<Theta, QueryError> {
+        let empty = || -> Result<Theta, QueryError> {
+            Theta::new(self.store.config().sketches.theta_nominal_entries)
+                .map_err(|e| StoreError::Query(e.to_string()).into())
+        };
+        let leaf = |s: &Slice, reads: &mut (usize, usize)| -> Result<Theta, QueryError> {
+            let m = self.store.merged_theta(s, range)?;
+            reads.0 += m.buckets;
+            reads.1 += m.bytes;
+            match m.sketch {
+                Some(t) => Ok(t),
+                None => empty(),
+            }
+        };
+        Ok(match e {
+            SetExpr::Tag { field, value } => leaf(&Slice::tag(field, value), reads)?,
+            SetExpr::And(a, b) => {
+                let (a, b) = (
+                    self.theta_of(a, range, reads)?,
+                    self.theta_of(b, range, reads)?,
+                );
+                Theta::intersection([&a, &b]).map_or_else(empty, Ok)?
+            }
+            SetExpr::Or(a, b) => {
+                let (a, b) = (
+                    self.theta_of(a, range, reads)?,
+                    self.theta_of(b, range, reads)?,
+                );
+                Theta::union([&a, &b]).map_or_else(empty, Ok)?
+            }
+            SetExpr::Except(a, b) => {
+                let (a, b) = (
+                    self.theta_of(a, range, reads)?,
+                    self.theta_of(b, range, reads)?,
+                );
+                a.difference(&b)
+            }
+            SetExpr::Not(a) => {
+                let whole = leaf(&Slice::Whole, reads)?;
+                whole.difference(&self.theta_of(a, range, reads)?)
+            }
+        })
+    }
+
+    fn distinct(&mut self, plan: &Plan) -> Result<Answer, QueryError> {
+        if plan.method == Method::Scan {
+            return self.exact_distinct(plan);
+        }
+        let approx = match &plan.shape {
+            Shape::Expr(e) => {
+                let mut reads = (0, 0);
+                let t = self.theta_of(e, &plan.range, &mut reads)?;
+                let est = t.estimate();
+                let a = Answer::number(
+                    Kind::Distinct,
+                    est.value,
+                    est.lower,
+                    est.upper,
+                    "theta",
+                    est.exact,
+                    reads.0,
+                )
+                .with_detail(format!(
+                    "theta k={}, {} retained",
+                    t.nominal_entries(),
+                    t.retained()
+                ));
+                if est.exact {
+                    a.with_detail(format!("theta k={}, below k so exact", t.nominal_entries()))
+                } else {
+                    a
+                }
+            }
+            shape => {
+                let slices = match shape {
+                    Shape::Union(v) => v.clone(),
+                    _ => vec![Slice::Whole],
+                };
+                let (h, buckets, _) = self.merged_hll(&slices, &plan.range)?;
+                match h {
+                    None => return Ok(no_buckets(Kind::Distinct, "hll", &plan.range_label)),
+                    Some(h) => {
+                        let est = h.estimate();
+                        Answer::number(
+                            Kind::Distinct,
+                            est.value,
+                            est.lower,
+                            est.upper,
+                            "hll",
+                            false,
+                            buckets,
+                        )
+                        .with_detail(format!("hll p={}", h.precision()))
+                    }
+                }
+            }
+        };
+        self.maybe_fallback(plan, approx, |s| s.exact_distinct(plan))
+    }
+
+    /// Scans the range once, tracking per item which of the expression's tags it was seen with.
+    fn exact_distinct(&mut self, plan: &Plan) -> Result<Answer, QueryError> {
+        let eval = SetEval::new(self.store, &plan.shape)?;
+        let mut masks: HashMap<Box<[u8]>, u64> = HashMap::new();
+        let mut buf = Vec::with_capacity(64);
+        let decoded = self.store.scan(&Slice::Whole, &plan.range, |ev| {
+            let mask = eval.mask(ev);
+            item_key(&ev.item, &mut buf);
+            match masks.get_mut(buf.as_slice()) {
+                Some(m) => *m |= mask,
+                None => {
+                    masks.insert(buf.clone().into_boxed_slice(), mask);
+                }
+            }
+        })?;
+        let n = masks.values().filter(|&&m| eval.holds(m)).count() as f64;
+        let buckets = self.store.count(&Slice::Whole, &plan.range)?.1;
+        Ok(
+            Answer::number(Kind::Distinct, n, n, n, "exact", true, buckets)
+                .with_detail(format!("scan of {} events", thousands(decoded as f64))),
+        )
+    }
+
+    fn seen(&mut self, plan: &Plan, value: &str) -> Result<Answer, QueryError> {
+        if plan.method == Method::Scan {
+            let eval = SetEval::new(self.store, &plan.shape)?;
+            let mut want = Vec::new();
+            let mut b = [0u8; 20];
+            item_key(&Store::item_key(value, &mut b), &mut want);
+            let mut buf = Vec::with_capacity(64);
+            let mut found = false;
+            let mut mask = 0;
+            self.store.scan(&Slice::Whole, &plan.range, |ev| {
+                item_key(&ev.item, &mut buf);
+                if buf == want {
+                    mask |= eval.mask(ev);
+                    found = true;
+                }
+            })?;
+            let yes = found && eval.holds(mask);
+            let buckets = self.store.count(&Slice::Whole, &plan.range)?.1;
+            return Ok(Answer::text(
+                Kind::Seen,
+                if yes { "yes" } else { "no" },
+                "exact",
+                true,
+                buckets,
+            )
+            .with_detail("scan"));
+        }
+        let slices = match &plan.shape {
+            Shape::Union(v) => v.clone(),
+            _ => vec![Slice::Whole],
+        };
+        let mut maybe = false;
+        let mut clear = 1.0;
+        let mut buckets = 0;
+        let mut saturated = false;
+        for s in &slices {
+            let m = self.store.membership(s, &plan.range, value)?;
+            maybe |= m.maybe;
+            clear *= 1.0 - m.false_positive_rate;
+            buckets += m.buckets;
+            saturated |= m.saturated;
+        }
+        let fpr = 1.0 - clear;
+        let method = plan.method.name();
+        let mut a = if maybe {
+            Answer::text(Kind::Seen, "maybe", method, false, buckets)
+                .with_detail(format!("{method}, false-positive rate {:.3}%", fpr * 100.0))
+                .note(format!(
+                    "'maybe': an item never seen would also be reported so with probability {:.3}%{}",
+                    fpr * 100.0,
+                    if buckets > 1 { format!(", compounded over {buckets} buckets as 1 - Π(1 - fpr_i)") } else { String::new() }
+                ))
+        } else {
+            Answer::text(Kind::Seen, "no", method, false, buckets)
+                .with_detail(format!("{method}: 'no' is certain"))
+        };
+        a.lower = Some(0.0);
+        a.upper = Some(fpr);
+        if saturated {
+            a = a.note("a Bloom filter read is loaded past its capacity: its false-positive rate is above what it was sized for");
+        }
+        if buckets == 0 && plan.method == Method::Bloom {
+            a = a.note(format!("no buckets in {}", plan.range_label));
+        }
+        Ok(a)
+    }
+
+    fn count_value(&mut self, plan: &Plan, value: &str) -> Result<Answer, QueryError> {
+        if plan.method == Method::Scan {
+            return self.exact_count_value(plan, value);
+        }
+        let slices = match &plan.shape {
+            Shape::Union(v) => v.clone(),
+            _ => vec![Slice::Whole],
+        };
+        let (mut est, mut bound, mut buckets) = (0u64, 0.0, 0);
+        let mut delta = 0.0;
+        for s in &slices {
+            let f = self.store.frequency(s, &plan.range, value)?;
+            est += f.estimate;
+            bound += f.bound;
+            buckets += f.buckets;
+            delta = f.delta;
+        }
+        let e = est as f64;
+        let approx = Answer::number(
+            Kind::Count,
+            e,
+            (e - bound).max(0.0),
+            e,
+            "countmin",
+            false,
+            buckets,
+        )
+        .with_detail(format!(
+            "countmin, never below the truth, over by at most {} with probability {:.0}%",
+            thousands(bound),
+            (1.0 - delta) * 100.0
+        ));
+        let value = value.to_string();
+        self.maybe_fallback(plan, approx, move |s| s.exact_count_value(plan, &value))
+    }
+
+    fn exact_count_value(&mut self, plan: &Plan, value: &str) -> Result<Answer, QueryError> {
+        let eval = SetEval::new(self.store, &plan.shape)?;
+        let mut want = Vec::new();
+        let mut b = [0u8; 20];
+        item_key(&Store::item_key(value, &mut b), &mut want);
+        let mut buf = Vec::with_capacity(64);
+        let mut n = 0u64;
+        let decoded = self.store.scan(&Slice::Whole, &plan.range, |ev| {
+            item_key(&ev.item, &mut buf);
+            if buf == want && eval.holds(eval.mask(ev)) {
+                n += 1;
+            }
+        })?;
+        let buckets = self.store.count(&Slice::Whole, &plan.range)?.1;
+        Ok(Answer::number(
+            Kind::Count,
+            n as f64,
+            n as f64,
+            n as f64,
+            "exact",
+            true,
+            buckets,
+        )
+        .with_detail(format!("scan of {} events", thousands(decoded as f64))))
+    }
+
+    fn count(&mut self, plan: &Plan) -> Result<Answer, QueryError> {
+        if plan.method == Method::EventCounts {
+            let slice = match &plan.shape {
+                Shape::Union(v) if v.len() == 1 => v[0].clone(),
+                _ => Slice::Whole,
+            };
+            let (n, buckets) = self.store.count(&slice, &plan.range)?;
+            let a = Answer::number(
+                Kind::Count,
+                n as f64,
+                n as f64,
+                n as f64,
+                "exact",
+                true,
+                buckets,
+            )
+            .with_detail("event counts");
+            return Ok(if buckets == 0 {
+                a.note(format!("no buckets in {}", plan.range_label))
+            } else {
+                a
+            });
+        }
+        let eval = SetEval::new(self.store, &plan.shape)?;
+        if let Err(why) = self.may_scan(&plan.range)? {
+            return Err(StoreError::Query(format!(
+                "COUNT over a set expression needs a scan of the raw events, but {why}"
+            ))
+            .into());
+        }
+        let mut n = 0u64;
+        self.store.scan(&Slice::Whole, &plan.range, |ev| {
+            if eval.holds(eval.mask(ev)) {
+                n += 1;
+            }
+        })?;
+        let buckets = self.store.count(&Slice::Whole, &plan.range)?.1;
+        Ok(Answer::number(
+            Kind::Count,
+            n as f64,
+            n as f64,
+            n as f64,
+            "exact",
+            true,
+            buckets,
+        )
+        .with_detail("scan"))
+    }
+
+    fn top(&mut self, plan: &Plan, n: u64) -> Result<Answer, QueryError> {
+        let n = n as usize;
+        if plan.method == Method::Scan {
+            let eval = SetEval::new(self.store, &plan.shape)?;
+            let mut counts: HashMap<String, u64> = HashMap::new();
+            self.store.scan(&Slice::Whole, &plan.range, |ev| {
+                if eval.holds(eval.mask(ev)) {
+                    *counts.entry(ev.item.to_text()).or_insert(0) += 1;
+                }
+            })?;
+            let mut v: Vec<(String, u64)> = counts.into_iter().collect();
+            v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+            v.truncate(n);
+            let buckets = self.store.count(&Slice::Whole, &plan.range)?.1;
+            let rows = v
+                .into_iter()
+                .map(|(item, count)| serde_json::json!({"item": item, "count": count}))
+                .collect();
+            return Ok(Answer::list(Kind::Top, rows, "exact", true, buckets).with_detail("scan"));
+        }
+        let slice = match &plan.shape {
+            Shape::Union(v) if v.len() == 1 => v[0].clone(),
+            _ => Slice::Whole,
+        };
+        let k = self.store.config().sketches.top_k;
+        let (top, merged) = self.store.top(&slice, &plan.range, n)?;
+        let bound = merged.sketch.as_ref().map_or(0.0, |c| c.error_bound());
+        let rows = top
+            .iter()
+            .map(|e| {
+                serde_json::json!({
+                    "item": String::from_utf8_lossy(&e.item),
+                    "count": e.estimate,
+                    "lower": (e.estimate as f64 - bound).max(0.0),
+                })
+            })
+            .collect();
+        let mut a =
+            Answer::list(Kind::Top, rows, "countmin", false, merged.buckets).with_detail(format!(
+                "countmin top-{k} candidates, each over by at most {}",
+                thousands(bound)
+            ));
+        if n > k {
+            a = a.note(format!(
+                "only the {k} heaviest candidates are kept per bucket; asked for {n}"
+            ));
+        }
+        Ok(a)
+    }
+
+    fn sample(&mut self, plan: &Plan, n: u64, per: Option<&str>) -> Result<Answer, QueryError> {
+        let n = usize::try_from(n).unwrap_or(usize::MAX);
+        let base = match &plan.shape {
+            Shape::Union(v) if v.len() == 1 => v[0].clone(),
+            _ => Slice::Whole,
+        };
+        let slices: Vec<Slice> = match per {
+            None => vec![base],
+            Some(field) => {
+                let values: Vec<Slice> = self
+                    .store
+                    .tags()
+                    .into_iter()
+                    .filter_map(|t| {
+                        t.split_once(':')
+                            .map(|(f, v)| (f.to_string(), v.to_string()))
+                    })
+                    .filter(|(f, _)| f == field)
+                    .map(|(f, v)| Slice::tag(&f, &v))
+                    .collect();
+                if values.is_empty() {
+                    return Err(StoreError::Query(format!(
+                        "no tag values for '{field}' (tag fields: {})",
+                        self.store.config().tag_fields.join(", ")
+                    ))
+                    .into());
+                }
+                values
+            }
+        };
+        let mut rows = Vec::new();
+        let mut buckets = 0;
+        for s in &slices {
+            let (events, b) = self.store.sample(s, &plan.range, n, &mut self.rng)?;
+            buckets = buckets.max(b);
+            for e in events {
+                let mut row = serde_json::json!({"time": e.time, self.store.config().item_field.clone(): e.item});
+                for (f, v) in &e.tags {
+                    row[f] = serde_json::Value::String(v.clone());
+                }
+                if !e.extra.is_empty() {
+                    if let Ok(serde_json::Value::Object(extra)) =
+                        serde_json::from_str::<serde_json::Value>(&e.extra)
+                    {
+                        for (k, v) in extra {
+                            row[k] = v;
+                        }
+                    }
+                }
+                if per.is_some() {
+                    row["stratum"] = serde_json::Value::String(s.name());
+                }
+                rows.push(row);
+            }
+        }
+        let got = rows.len();
+        let mut a =
+            Answer::list(Kind::Sample, rows, "reservoir", false, buckets).with_detail(format!(
+                "reservoir, uniform over events{}",
+                if per.is_some() {
+                    " within each stratum"
+                } else {
+                    ""
+                }
+            ));
+        if per.is_none() && got < n {
+            a = a.note(format!("only {got} events in {}", plan.range_label));
+        }
+        a = a.note("a sample answers questions about events; it cannot count distinct items (use DISTINCT)");
+        Ok(a)
+    }
+}
+
+fn range_of(s: &Statement) -> Option<&super::ast::Range> {
+    match s {
+        Statement::Distinct { range, .. }
+        | Statement::Seen { range, .. }
+        | Statement::CountValue { range, .. }
+        | Statement::Count { range, .. }
+        | Statement::Top { range, .. }
+        | Statement::Sample { range, .. } => Some(range),
+        _ => None,
+    }
+}
+
+fn no_buckets(kind: Kind, method: &str, label: &str) -> Answer {
+    Answer::number(kind, 0.0, 0.0, 0.0, method, true, 0)
+        .note(format!("no buckets in {label}: nothing was ingested there"))
+}
+
+/// A compact, unambiguous key for an item (form byte + bytes).
+fn item_key(item: &ItemRef<'_>, out: &mut Vec<u8>) {
+    out.clear();
+    match item {
+        ItemRef::Wallet(b) => {
+            out.push(0);
+            out.extend_from_slice(b);
+        }
+        ItemRef::Raw(b) => {
+            out.push(1);
+            out.extend_from_slice(b);
+        }
+    }
+}
+
+/// Evaluates a set shape on events: each referenced tag is a bit; bit 0 is "in the stream".
+struct SetEval {
+    /// (tag id, bit) for matching events' tags.
+    ids: Vec<(u32, u64)>,
+    /// (`field:value`, bit) for evaluating the expression.
+    names: Vec<(String, u64)>,
+    shape: Shape,
+}
+
+impl SetEval {
+    fn new(store: &Store, shape: &Shape) -> Result<Self, QueryError> {
+        fn collect(e: &SetExpr, out: &mut Vec<Slice>) {
+            match e {
+                SetExpr::Tag { field, value } => out.push(Slice::tag(field, value)),
+                SetExpr::And(a, b) | SetExpr::Or(a, b) | SetExpr::Except(a, b) => {
+                    collect(a, out);
+                    collect(b, out);
+                }
+                SetExpr::Not(a) => collect(a, out),
+            }
+        }
+        let mut slices = Vec::new();
+        match shape {
+            Shape::Whole => {}
+            Shape::Union(v) => slices.extend(v.iter().cloned()),
+            Shape::Expr(e) => collect(e, &mut slices),
+        }
+        let mut ids = Vec::new();
+        let mut names: Vec<(String, u64)> = Vec::new();
+        for s in slices {
+            let name = s.name();
+            if names.iter().any(|(n, _)| *n == name) {
+                continue;
+            }
+            if names.len() == 63 {
+                return Err(StoreError::Query(
+                    "a set expression may name at most 63 distinct tags".into(),
+                )
+                .into());
+            }
+            let bit = 1u64 << (names.len() + 1);
+            ids.push((store.tag_id_of(&s)?, bit));
+            names.push((name, bit));
+        }
+        Ok(SetEval {
+            ids,
+            names,
+            shape: shape.clone(),
+        })
+    }
+
+    fn mask(&self, ev: &LogEvent<'_>) -> u64 {
+        let mut m = 1;
+        for &t in ev.tag_ids() {
+            for &(id, bit) in &self.ids {
+                if id == t {
+                    m |= bit;
+                }
+            }
+        }
+        m
+    }
+
+    fn bit(&self, field: &str, value: &str) -> u64 {
+        let name = format!("{field}:{value}");
+        self.names
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or(0, |&(_, b)| b)
+    }
+
+    fn holds(&self, mask: u64) -> bool {
+        fn eval(e: &SetExpr, ev: &SetEval, mask: u64) -> bool {
+            match e {
+                SetExpr::Tag { field, value } => mask & ev.bit(field, value) != 0,
+                SetExpr::And(a, b) => eval(a, ev, mask) && eval(b, ev, mask),
+                SetExpr::Or(a, b) => eval(a, ev, mask) || eval(b, ev, mask),
+                SetExpr::Except(a, b) => eval(a, ev, mask) && !eval(b, ev, mask),
+                SetExpr::Not(a) => mask & 1 != 0 && !eval(a, ev, mask),
+            }
+        }
+        match &self.shape {
+            Shape::Whole => mask & 1 != 0,
+            Shape::Union(_) => self.ids.iter().any(|&(_, bit)| mask & bit != 0),
+            Shape::Expr(e) => eval(e, self, mask),
+        }
+    }
+}
+
+fn explain(plan: &Plan, answer: &Answer) -> Answer {
+    let mut lines = vec![
+        format!("statement: {}", plan.statement),
+        format!(
+            "structure: {}{}",
+            answer.detail,
+            if plan.exact { " (EXACT requested)" } else { "" }
+        ),
+        format!("range: {}", plan.range_label),
+        format!("buckets read: {}", answer.buckets),
+    ];
+    if let (Some(lo), Some(hi), super::answer::Value::Number(v)) =
+        (answer.lower, answer.upper, &answer.value)
+    {
+        if !answer.exact && *v > 0.0 {
+            lines.push(format!(
+                "expected error: 95% interval ±{:.1}% of the value",
+                (hi - lo) / 2.0 / v * 100.0
+            ));
+        } else if answer.exact {
+            lines.push("expected error: none (exact)".into());
+        }
+    }
+    let fallback = answer.notes.iter().find(|n| n.contains("exact"));
+    lines.push(format!(
+        "exact fallback: {}",
+        fallback.map_or("not needed".to_string(), |n| n.clone())
+    ));
+    let mut a = Answer::text(
+        Kind::Explain,
+        lines.join("\n"),
+        &answer.method,
+        answer.exact,
+        answer.buckets,
+    );
+    a.detail = "plan".into();
+    a
+}

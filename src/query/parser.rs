@@ -1,0 +1,788 @@
+//! Text to [`Statement`]: a recursive-descent parser over nom 8 token parsers.
+//!
+//! nom recognises the tokens (words, numbers, quoted strings, dates); the structure is plain
+//! recursive descent so each failure can say, at a byte offset, what it found and what it
+//! expected, and suggest the keyword a misspelling was probably meant to be.
+
+use super::ast::{Date, Range, SetExpr, Statement, Unit};
+use nom::bytes::complete::{tag, take_while, take_while1};
+use nom::character::complete::{digit1, multispace0};
+use nom::IResult;
+
+/// A syntax error: where, what was found, what would have been accepted.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("syntax error at byte {offset}: expected {expected}, found {found}{}", suggestion.as_ref().map(|s| format!(" (did you mean {s}?)")).unwrap_or_default())]
+pub struct SyntaxError {
+    /// Byte offset into the statement.
+    pub offset: usize,
+    pub found: String,
+    pub expected: String,
+    pub suggestion: Option<String>,
+    /// The statement as given, for [`SyntaxError::caret`].
+    pub statement: String,
+}
+
+impl SyntaxError {
+    /// The statement with a caret under the offending byte.
+    pub fn caret(&self) -> String {
+        let col = self.statement[..self.offset.min(self.statement.len())]
+            .chars()
+            .count();
+        format!("{}\n{}^", self.statement, " ".repeat(col))
+    }
+}
+
+const KEYWORDS: &[&str] = &[
+    "DISTINCT",
+    "SEEN",
+    "COUNT",
+    "TOP",
+    "SAMPLE",
+    "EXACT",
+    "EXPLAIN",
+    "SHOW",
+    "BUCKETS",
+    "TAGS",
+    "SKETCHES",
+    "INFO",
+    "HELP",
+    "SET",
+    "NOW",
+    "ON",
+    "FROM",
+    "TO",
+    "ALL",
+    "TODAY",
+    "YESTERDAY",
+    "LAST",
+    "DAYS",
+    "HOURS",
+    "DAY",
+    "HOUR",
+    "AND",
+    "OR",
+    "EXCEPT",
+    "NOT",
+    "PER",
+];
+
+const STATEMENTS: &[&str] = &[
+    "DISTINCT", "SEEN", "COUNT", "TOP", "SAMPLE", "EXACT", "EXPLAIN", "SHOW", "INFO", "HELP", "SET",
+];
+
+/// Whether a word is a keyword of the language (any case); such values print quoted.
+pub fn is_keyword(word: &str) -> bool {
+    KEYWORDS.iter().any(|k| k.eq_ignore_ascii_case(word))
+}
+
+/// The largest number accepted for `TOP`, `SAMPLE` and `LAST`.
+pub const MAX_NUMBER: u64 = 1_000_000_000;
+
+type R<'a, T> = IResult<&'a str, T>;
+
+fn word_char(c: char) -> bool {
+    !c.is_whitespace() && !"();'=".contains(c)
+}
+
+fn bare_word(i: &str) -> R<'_, &str> {
+    take_while1(word_char)(i)
+}
+
+fn ident(i: &str) -> R<'_, &str> {
+    take_while1(|c: char| c.is_alphanumeric() || c == '_' || c == '-' || c == '.')(i)
+}
+
+/// `'...'` with `''` for a quote inside.
+fn quoted(i: &str) -> R<'_, String> {
+    let (mut rest, _) = tag("'")(i)?;
+    let mut out = String::new();
+    loop {
+        let (r, chunk) = take_while(|c| c != '\'')(rest)?;
+        out.push_str(chunk);
+        let (r, _) = tag("'")(r)?;
+        match tag::<_, _, nom::error::Error<&str>>("'")(r) {
+            Ok((r2, _)) => {
+                out.push('\'');
+                rest = r2;
+            }
+            Err(_) => return Ok((r, out)),
+        }
+    }
+}
+
+fn levenshtein(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for i in 1..=a.len() {
+        let mut cur = vec![i; b.len() + 1];
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            cur[j] = (prev[j] + 1).min(cur[j - 1] + 1).min(prev[j - 1] + cost);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// The closest of `options` to `word`, if it is close enough to be a likely misspelling.
+fn suggest(word: &str, options: &[&str]) -> Option<String> {
+    let upper = word.to_ascii_uppercase();
+    options
+        .iter()
+        .map(|o| (levenshtein(&upper, o), *o))
+        .filter(|&(d, o)| d > 0 && d <= 2 && o.len() > d + 1)
+        .min_by_key(|&(d, _)| d)
+        .map(|(_, o)| o.to_string())
+}
+
+struct Parser<'a> {
+    src: &'a str,
+    pos: usize,
+}
+
+impl<'a> Parser<'a> {
+    fn rest(&self) -> &'a str {
+        &self.src[self.pos..]
+    }
+
+    fn advance_to(&mut self, rest: &'a str) {
+        self.pos = self.src.len() - rest.len();
+    }
+
+    fn ws(&mut self) {
+        if let Ok((r, _)) = multispace0::<_, nom::error::Error<&str>>(self.rest()) {
+            self.advance_to(r);
+        }
+    }
+
+    fn found(&self) -> String {
+        match bare_word(self.rest()) {
+            Ok((_, w)) => format!("'{w}'"),
+            Err(_) => match self.rest().chars().next() {
+                Some(c) => format!("'{c}'"),
+                None => "the end of the statement".to_string(),
+            },
+        }
+    }
+
+    fn error(&self, expected: impl Into<String>) -> SyntaxError {
+        self.error_at(self.pos, self.found(), expected, None)
+    }
+
+    fn error_at(
+        &self,
+        offset: usize,
+        found: String,
+        expected: impl Into<String>,
+        suggestion: Option<String>,
+    ) -> SyntaxError {
+        SyntaxError {
+            offset,
+            found,
+            expected: expected.into(),
+            suggestion,
+            statement: self.src.to_string(),
+        }
+    }
+
+    fn peek_word(&mut self) -> Option<&'a str> {
+        self.ws();
+        bare_word(self.rest()).ok().map(|(_, w)| w)
+    }
+
+    /// Consumes `kw` (any case) if it is the next whole word.
+    fn keyword(&mut self, kw: &str) -> bool {
+        match self.peek_word() {
+            Some(w) if w.eq_ignore_ascii_case(kw) => {
+                self.pos += w.len();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn expect_keyword(&mut self, kw: &str, expected: &str) -> Result<(), SyntaxError> {
+        if self.keyword(kw) {
+            return Ok(());
+        }
+        let start = self.pos;
+        let found = self.found();
+        let suggestion = self.peek_word().and_then(|w| suggest(w, &[kw]));
+        Err(self.error_at(start, found, expected, suggestion))
+    }
+
+    fn number(&mut self, what: &str) -> Result<u64, SyntaxError> {
+        self.ws();
+        let start = self.pos;
+        let (r, digits) = digit1::<_, nom::error::Error<&str>>(self.rest())
+            .map_err(|_| self.error(format!("a number ({what})")))?;
+        let n: u64 = digits.parse().unwrap_or(u64::MAX);
+        if n == 0 || n > MAX_NUMBER {
+            return Err(self.error_at(
+                start,
+                digits.to_string(),
+                format!("{what} between 1 and {MAX_NUMBER}"),
+                None,
+            ));
+        }
+        self.advance_to(r);
+        Ok(n)
+    }
+
+    fn value(&mut self, what: &str) -> Result<String, SyntaxError> {
+        self.ws();
+        if let Ok((r, v)) = quoted(self.rest()) {
+            self.advance_to(r);
+            return Ok(v);
+        }
+        if self.rest().starts_with('\'') {
+            return Err(self.error("a closing quote (') for the quoted value"));
+        }
+        match bare_word(self.rest()) {
+            Ok((r, w)) if !is_keyword(w) => {
+                self.advance_to(r);
+                Ok(w.to_string())
+            }
+            _ => Err(self.error(format!("{what} (quote it if it is a keyword: 'on')"))),
+        }
+    }
+
+    fn item_word(&mut self) -> Result<String, SyntaxError> {
+        self.ws();
+        match ident(self.rest()) {
+            Ok((r, w)) if !is_keyword(w) => {
+                self.advance_to(r);
+                Ok(w.to_string())
+            }
+            _ => Err(self.error("the item field, e.g. 'wallets'")),
+        }
+    }
+
+    fn date(&mut self) -> Result<Date, SyntaxError> {
+        self.ws();
+        let start = self.pos;
+        let word = bare_word(self.rest()).map(|(_, w)| w).unwrap_or("");
+        let bad = |p: &Self, why: &str| {
+            p.error_at(
+                start,
+                format!("'{word}'"),
+                format!("a date YYYY-MM-DD or YYYY-MM-DDTHH{why}"),
+                None,
+            )
+        };
+        let (date_part, hour_part) = match word.split_once(['T', 't']) {
+            Some((d, h)) => (d, Some(h)),
+            None => (word, None),
+        };
+        let parts: Vec<&str> = date_part.split('-').collect();
+        let ok_shape = parts.len() == 3
+            && parts[0].len() == 4
+            && parts[1].len() == 2
+            && parts[2].len() == 2
+            && parts.iter().all(|p| p.chars().all(|c| c.is_ascii_digit()))
+            && hour_part.is_none_or(|h| h.len() == 2 && h.chars().all(|c| c.is_ascii_digit()));
+        if !ok_shape {
+            return Err(bad(self, ""));
+        }
+        let year: i32 = parts[0].parse().map_err(|_| bad(self, ""))?;
+        let month: u32 = parts[1].parse().map_err(|_| bad(self, ""))?;
+        let day: u32 = parts[2].parse().map_err(|_| bad(self, ""))?;
+        let hour: Option<u32> = match hour_part {
+            Some(h) => Some(h.parse().map_err(|_| bad(self, ""))?),
+            None => None,
+        };
+        let exists = chrono::NaiveDate::from_ymd_opt(year, month, day).is_some();
+        if !exists {
+            return Err(bad(self, &format!(": {date_part} does not exist")));
+        }
+        if hour.is_some_and(|h| h > 23) {
+            return Err(bad(self, ": hours run 00 to 23"));
+        }
+        self.pos += word.len();
+        Ok(Date {
+            year,
+            month,
+            day,
+            hour,
+        })
+    }
+
+    fn range(&mut self) -> Result<Range, SyntaxError> {
+        if !self.keyword("FROM") {
+            return Ok(Range::Unspecified);
+        }
+        if self.keyword("ALL") {
+            return Ok(Range::All);
+        }
+        if self.keyword("TODAY") {
+            return Ok(Range::Today);
+        }
+        if self.keyword("YESTERDAY") {
+            return Ok(Range::Yesterday);
+        }
+        if self.keyword("LAST") {
+            let n = self.number("how many days or hours")?;
+            let unit = if self.keyword("DAYS") || self.keyword("DAY") {
+                Unit::Days
+            } else if self.keyword("HOURS") || self.keyword("HOUR") {
+                Unit::Hours
+            } else {
+                return Err(self.error("DAYS or HOURS"));
+            };
+            return Ok(Range::Last { n, unit });
+        }
+        if !self.rest().starts_with(|c: char| c.is_ascii_digit()) {
+            let start = self.pos;
+            let found = self.found();
+            let suggestion = self
+                .peek_word()
+                .and_then(|w| suggest(w, &["ALL", "TODAY", "YESTERDAY", "LAST"]));
+            return Err(self.error_at(
+                start,
+                found,
+                "ALL, today, yesterday, LAST n DAYS|HOURS or a date",
+                suggestion,
+            ));
+        }
+        let from = self.date()?;
+        let to = if self.keyword("TO") {
+            Some(self.date()?)
+        } else {
+            None
+        };
+        Ok(Range::Between { from, to })
+    }
+
+    fn set(&mut self) -> Result<SetExpr, SyntaxError> {
+        let mut left = self.set_and()?;
+        while self.keyword("OR") {
+            let right = self.set_and()?;
+            left = SetExpr::Or(Box::new(left), Box::new(right));
+        }
+        Ok(left)
+    }
+
+    fn set_and(&mut self) -> Result<SetExpr, SyntaxError> {
+        let mut left = self.set_unary()?;
+        loop {
+            if self.keyword("AND") {
+                let right = self.set_unary()?;
+                left = SetExpr::And(Box::new(left), Box::new(right));
+            } else if self.keyword("EXCEPT") {
+                let right = self.set_unary()?;
+                left = SetExpr::Except(Box::new(left), Box::new(right));
+            } else {
+                return Ok(left);
+            }
+        }
+    }
+
+    fn set_unary(&mut self) -> Result<SetExpr, SyntaxError> {
+        if self.keyword("NOT") {
+            self.ws();
+            if !self.rest().starts_with('(') {
+                return Err(self.error("'(' after NOT"));
+            }
+            return Ok(SetExpr::Not(Box::new(self.set_unary()?)));
+        }
+        self.ws();
+        if let Some(r) = self.rest().strip_prefix('(') {
+            self.advance_to(r);
+            let inner = self.set()?;
+            self.ws();
+            match self.rest().strip_prefix(')') {
+                Some(r) => {
+                    self.advance_to(r);
+                    Ok(inner)
+                }
+                None => Err(self.error("')' to close the group")),
+            }
+        } else {
+            self.tag()
+        }
+    }
+
+    fn tag(&mut self) -> Result<SetExpr, SyntaxError> {
+        self.ws();
+        let expected = "a tag like chain:a, or a group in parentheses";
+        let (r, field) = ident(self.rest()).map_err(|_| self.error(expected))?;
+        if is_keyword(field) || !r.starts_with(':') {
+            return Err(self.error(expected));
+        }
+        self.advance_to(&r[1..]);
+        if self.rest().starts_with(char::is_whitespace) || self.rest().is_empty() {
+            return Err(self.error(format!("a value after '{field}:'")));
+        }
+        let value = self.value("a tag value")?;
+        Ok(SetExpr::Tag {
+            field: field.to_string(),
+            value,
+        })
+    }
+
+    fn on(&mut self) -> Result<Option<SetExpr>, SyntaxError> {
+        if self.keyword("ON") {
+            Ok(Some(self.set()?))
+        } else {
+            Ok(None)
+        }
+    }
+
+    fn statement(&mut self) -> Result<Statement, SyntaxError> {
+        self.ws();
+        let start = self.pos;
+        let Some(word) = self.peek_word() else {
+            return Err(self.error("a statement (DISTINCT, SEEN, COUNT, TOP, SAMPLE, EXACT, EXPLAIN, SHOW, INFO, HELP, SET)"));
+        };
+        let upper = word.to_ascii_uppercase();
+        if STATEMENTS.contains(&upper.as_str()) {
+            self.pos += word.len();
+        }
+        Ok(match upper.as_str() {
+            "EXPLAIN" => Statement::Explain(Box::new(self.statement()?)),
+            "EXACT" => Statement::Exact(Box::new(self.statement()?)),
+            "DISTINCT" => {
+                let item = self.item_word()?;
+                let set = self.on()?;
+                let range = self.range()?;
+                Statement::Distinct { item, set, range }
+            }
+            "SEEN" => {
+                let value = self.value("the value to look for")?;
+                let set = self.on()?;
+                let range = self.range()?;
+                Statement::Seen { value, set, range }
+            }
+            "COUNT" => {
+                let next = self.peek_word();
+                let plain = next.is_none_or(|w| {
+                    w.eq_ignore_ascii_case("ON")
+                        || w.eq_ignore_ascii_case("FROM")
+                        || w.starts_with(';')
+                }) && !self.rest().starts_with('\'');
+                if plain {
+                    let set = self.on()?;
+                    let range = self.range()?;
+                    Statement::Count { set, range }
+                } else {
+                    let value = self.value("a value to count, or ON / FROM")?;
+                    let set = self.on()?;
+                    let range = self.range()?;
+                    Statement::CountValue { value, set, range }
+                }
+            }
+            "TOP" => {
+                let n = self.number("how many")?;
+                let item = self.item_word()?;
+                let set = self.on()?;
+                let range = self.range()?;
+                Statement::Top {
+                    n,
+                    item,
+                    set,
+                    range,
+                }
+            }
+            "SAMPLE" => {
+                let n = self.number("the sample size")?;
+                let set = self.on()?;
+                let per = if self.keyword("PER") {
+                    self.ws();
+                    let (r, t) =
+                        ident(self.rest()).map_err(|_| self.error("a tag field after PER"))?;
+                    self.advance_to(r);
+                    Some(t.to_string())
+                } else {
+                    None
+                };
+                let range = self.range()?;
+                Statement::Sample { n, set, per, range }
+            }
+            "SHOW" => {
+                if self.keyword("BUCKETS") {
+                    Statement::ShowBuckets
+                } else if self.keyword("TAGS") {
+                    Statement::ShowTags
+                } else if self.keyword("SKETCHES") {
+                    Statement::ShowSketches
+                } else {
+                    let at = self.pos;
+                    let found = self.found();
+                    let s = self
+                        .peek_word()
+                        .and_then(|w| suggest(w, &["BUCKETS", "TAGS", "SKETCHES"]));
+                    return Err(self.error_at(at, found, "BUCKETS, TAGS or SKETCHES", s));
+                }
+            }
+            "INFO" => Statement::Info,
+            "HELP" => Statement::Help,
+            "SET" => {
+                self.expect_keyword("NOW", "NOW")?;
+                self.ws();
+                match self.rest().strip_prefix('=') {
+                    Some(r) => self.advance_to(r),
+                    None => return Err(self.error("'=' after SET NOW")),
+                }
+                Statement::SetNow(self.date()?)
+            }
+            _ => {
+                let found = format!("'{word}'");
+                return Err(self.error_at(start, found, "a statement (DISTINCT, SEEN, COUNT, TOP, SAMPLE, EXACT, EXPLAIN, SHOW, INFO, HELP, SET)", suggest(word, STATEMENTS)));
+            }
+        })
+    }
+}
+
+/// Parses one statement (an optional trailing `;` is allowed).
+pub fn parse(src: &str) -> Result<Statement, SyntaxError> {
+    let mut p = Parser { src, pos: 0 };
+    let stmt = p.statement()?;
+    p.ws();
+    if let Some(r) = p.rest().strip_prefix(';') {
+        p.advance_to(r);
+        p.ws();
+    }
+    if !p.rest().is_empty() {
+        return Err(p.error("the end of the statement"));
+    }
+    Ok(stmt)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn ok(s: &str) -> Statement {
+        parse(s).unwrap_or_else(|e| panic!("{s}: {e}\n{}", e.caret()))
+    }
+
+    #[test]
+    fn the_examples_parse() {
+        assert_eq!(
+            ok("DISTINCT wallets ON chain:a AND chain:b"),
+            Statement::Distinct {
+                item: "wallets".into(),
+                set: Some(SetExpr::And(
+                    Box::new(SetExpr::Tag {
+                        field: "chain".into(),
+                        value: "a".into()
+                    }),
+                    Box::new(SetExpr::Tag {
+                        field: "chain".into(),
+                        value: "b".into()
+                    }),
+                )),
+                range: Range::Unspecified,
+            }
+        );
+        assert_eq!(
+            ok("SEEN 0xabc"),
+            Statement::Seen {
+                value: "0xabc".into(),
+                set: None,
+                range: Range::Unspecified
+            }
+        );
+        assert_eq!(
+            ok("sample 1000 from TODAY;"),
+            Statement::Sample {
+                n: 1000,
+                set: None,
+                per: None,
+                range: Range::Today
+            }
+        );
+    }
+
+    #[test]
+    fn every_form_parses() {
+        for s in [
+            "DISTINCT wallet FROM ALL",
+            "DISTINCT wallets ON chain:a OR chain:b EXCEPT chain:c FROM 2026-12-01 TO 2026-12-02",
+            "DISTINCT wallets ON NOT (chain:a) FROM LAST 7 DAYS",
+            "SEEN 'wallet with spaces' ON chain:a FROM yesterday",
+            "COUNT 0xabc ON chain:a FROM LAST 24 HOURS",
+            "COUNT",
+            "COUNT ON chain:b",
+            "COUNT FROM 2026-12-01T05",
+            "TOP 10 wallets ON chain:'a b'",
+            "SAMPLE 50 ON chain:a PER chain FROM today",
+            "EXACT DISTINCT wallets ON chain:a AND chain:b",
+            "EXPLAIN EXACT COUNT 0xabc",
+            "SHOW BUCKETS",
+            "show tags",
+            "SHOW SKETCHES",
+            "INFO",
+            "HELP",
+            "SET NOW = 2026-12-02",
+            "COUNT 'on'",
+        ] {
+            let st = ok(s);
+            assert_eq!(ok(&st.to_string()), st, "{s} printed as {st}");
+        }
+    }
+
+    #[test]
+    fn precedence_and_binds_tighter_than_or() {
+        let st = ok("DISTINCT wallets ON chain:a OR chain:b AND chain:c");
+        let Statement::Distinct {
+            set: Some(SetExpr::Or(_, right)),
+            ..
+        } = st
+        else {
+            panic!("{st:?}")
+        };
+        assert!(matches!(*right, SetExpr::And(..)));
+        let grouped = ok("DISTINCT wallets ON (chain:a OR chain:b) AND chain:c");
+        let Statement::Distinct {
+            set: Some(SetExpr::And(left, _)),
+            ..
+        } = grouped
+        else {
+            panic!()
+        };
+        assert!(matches!(*left, SetExpr::Or(..)));
+    }
+
+    #[test]
+    fn errors_give_offset_found_expected_and_suggestions() {
+        let e = parse("DISTINTC wallets").expect_err("misspelt");
+        assert_eq!(e.offset, 0);
+        assert_eq!(e.suggestion.as_deref(), Some("DISTINCT"));
+        assert!(e.to_string().contains("did you mean DISTINCT"), "{e}");
+        let e = parse("DISTINCT wallets ON chain:a AND").expect_err("dangling");
+        assert_eq!(e.offset, 31);
+        assert!(e.found.contains("end"), "{e}");
+        assert_eq!(e.caret().lines().nth(1).map(str::len), Some(32));
+        let e = parse("SEEN 0xabc FROM 2026-02-30").expect_err("no such day");
+        assert!(e.to_string().contains("does not exist"), "{e}");
+        assert_eq!(e.offset, 16);
+        let e = parse("TOP 0 wallets").expect_err("zero");
+        assert!(e.to_string().contains("between 1 and"), "{e}");
+        let e = parse("SAMPLE 99999999999999999999").expect_err("absurd");
+        assert!(e.to_string().contains("between 1 and"), "{e}");
+        let e = parse("COUNT FROM yesterdya").expect_err("typo");
+        assert_eq!(e.suggestion.as_deref(), Some("YESTERDAY"));
+        let e = parse("SEEN 'unterminated").expect_err("quote");
+        assert!(e.to_string().contains("closing quote"), "{e}");
+        assert!(parse("COUNT 0xabc extra").is_err());
+        assert!(parse("").is_err());
+    }
+
+    fn arb_value() -> impl Strategy<Value = String> {
+        prop_oneof!["[a-z0-9]{1,8}", "0x[0-9a-f]{40}", "[ -~]{0,12}"]
+    }
+
+    fn arb_set() -> BoxedStrategy<SetExpr> {
+        let field = "[a-z]{1,6}".prop_filter("not a keyword", |f| !is_keyword(f));
+        let leaf = (field, arb_value()).prop_map(|(field, value)| SetExpr::Tag { field, value });
+        leaf.prop_recursive(4, 16, 2, |inner| {
+            prop_oneof![
+                (inner.clone(), inner.clone())
+                    .prop_map(|(a, b)| SetExpr::And(Box::new(a), Box::new(b))),
+                (inner.clone(), inner.clone())
+                    .prop_map(|(a, b)| SetExpr::Or(Box::new(a), Box::new(b))),
+                (inner.clone(), inner.clone())
+                    .prop_map(|(a, b)| SetExpr::Except(Box::new(a), Box::new(b))),
+                inner.prop_map(|a| SetExpr::Not(Box::new(a))),
+            ]
+        })
+        .boxed()
+    }
+
+    fn arb_range() -> impl Strategy<Value = Range> {
+        let date = (
+            1970i32..2100,
+            1u32..13,
+            1u32..29,
+            proptest::option::of(0u32..24),
+        )
+            .prop_map(|(year, month, day, hour)| Date {
+                year,
+                month,
+                day,
+                hour,
+            });
+        prop_oneof![
+            Just(Range::Unspecified),
+            Just(Range::All),
+            Just(Range::Today),
+            Just(Range::Yesterday),
+            (date.clone(), proptest::option::of(date))
+                .prop_map(|(from, to)| Range::Between { from, to }),
+            (1u64..1000, prop_oneof![Just(Unit::Days), Just(Unit::Hours)])
+                .prop_map(|(n, unit)| Range::Last { n, unit }),
+        ]
+    }
+
+    fn arb_statement() -> impl Strategy<Value = Statement> {
+        let set = || proptest::option::of(arb_set());
+        let simple = prop_oneof![
+            (set(), arb_range()).prop_map(|(set, range)| Statement::Distinct {
+                item: "wallets".into(),
+                set,
+                range
+            }),
+            (arb_value(), set(), arb_range()).prop_map(|(value, set, range)| Statement::Seen {
+                value,
+                set,
+                range
+            }),
+            (arb_value(), set(), arb_range())
+                .prop_map(|(value, set, range)| Statement::CountValue { value, set, range }),
+            (set(), arb_range()).prop_map(|(set, range)| Statement::Count { set, range }),
+            (1u64..1000, set(), arb_range()).prop_map(|(n, set, range)| Statement::Top {
+                n,
+                item: "wallets".into(),
+                set,
+                range
+            }),
+            (
+                1u64..1000,
+                set(),
+                proptest::option::of("[a-z]{1,6}"),
+                arb_range()
+            )
+                .prop_map(|(n, set, per, range)| Statement::Sample {
+                    n,
+                    set,
+                    per,
+                    range
+                }),
+            Just(Statement::Info),
+        ]
+        .boxed();
+        prop_oneof![
+            simple.clone(),
+            simple.clone().prop_map(|s| Statement::Exact(Box::new(s))),
+            simple.prop_map(|s| Statement::Explain(Box::new(s))),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn printing_and_parsing_back_gives_the_same_ast(st in arb_statement()) {
+            let text = st.to_string();
+            let back = parse(&text);
+            prop_assert_eq!(back, Ok(st), "{}", text);
+        }
+
+        #[test]
+        fn random_input_never_panics(s in "\\PC{0,60}") {
+            let _ = parse(&s);
+        }
+
+        #[test]
+        fn mutated_statements_never_panic(st in arb_statement(), at in 0usize..200, c in any::<char>()) {
+            let mut text = st.to_string();
+            let at = at % (text.len() + 1);
+            let at = (0..=at).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+            text.insert(at, c);
+            let _ = parse(&text);
+            text.truncate(at);
+            let _ = parse(&text);
+        }
+    }
+}

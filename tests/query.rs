@@ -1,0 +1,367 @@
+//! The query language end to end through the library: every statement form on generated
+//! streams, checked against a brute-force computation over the same events.
+
+use sketchdb::gen::{splitmix64, wallet_address};
+use sketchdb::query::{Kind, QueryError, Session, Value};
+use sketchdb::sketch::SketchConfig;
+use sketchdb::store::{Config, Event, Store};
+use std::collections::{HashMap, HashSet};
+
+const DAY: i64 = 86_400_000;
+const T0: i64 = 1_764_547_200_000; // 2025-12-01
+
+fn tempdir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("sketchdb-query-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn config() -> Config {
+    Config {
+        sketches: SketchConfig {
+            bloom_capacity: 100_000,
+            reservoir_size: 300,
+            ..SketchConfig::default()
+        },
+        ..Config::default()
+    }
+}
+
+/// Two days; chain a: wallets 0..30,000; chain b: 29,700..59,700 (300 on both); wallet 0 is a
+/// bot with 5,000 more transactions on chain a.
+fn stream() -> Vec<Event> {
+    let mut out = Vec::new();
+    for i in 0..59_700u64 {
+        let t = T0 + (splitmix64(i) % (2 * DAY as u64)) as i64;
+        if i < 30_000 {
+            out.push(Event::new(t, wallet_address(1, i), &[("chain", "a")]));
+        }
+        if i >= 29_700 {
+            out.push(Event::new(t + 1, wallet_address(1, i), &[("chain", "b")]));
+        }
+    }
+    for j in 0..5_000i64 {
+        out.push(Event::new(
+            T0 + j * 17_000,
+            wallet_address(1, 0),
+            &[("chain", "a")],
+        ));
+    }
+    out
+}
+
+fn number(a: &sketchdb::query::Answer) -> f64 {
+    match a.value {
+        Value::Number(v) => v,
+        ref other => panic!("not a number: {other:?}"),
+    }
+}
+
+#[test]
+fn every_form_answers_with_the_right_structure_and_honest_bounds() {
+    let dir = tempdir("forms");
+    let store = Store::create(&dir, config()).expect("create");
+    let events = stream();
+    store.ingest_batch(&events).expect("ingest");
+    let mut s = Session::with_seed(&store, 7);
+    s.now = Some(T0 + DAY + 3_600_000); // 2025-12-02T01
+
+    // DISTINCT: HLL for the whole stream, with an interval that covers the truth.
+    let a = s.query("DISTINCT wallets").expect("distinct");
+    assert_eq!(
+        (a.kind, a.method.as_str(), a.exact, a.buckets),
+        (Kind::Distinct, "hll", false, 2)
+    );
+    assert!(
+        a.lower.unwrap() <= 59_700.0 && 59_700.0 <= a.upper.unwrap(),
+        "{a}"
+    );
+    assert!(a.to_string().starts_with("≈ "), "{a}");
+
+    // The small intersection comes back exact by default, and says why.
+    let a = s
+        .query("DISTINCT wallets ON chain:a AND chain:b")
+        .expect("intersection");
+    assert_eq!(
+        (number(&a), a.exact, a.method.as_str()),
+        (300.0, true, "exact"),
+        "{a}"
+    );
+    assert!(
+        a.notes
+            .iter()
+            .any(|n| n.contains("answered exactly") && n.contains("theta")),
+        "{:?}",
+        a.notes
+    );
+
+    // EXACT with every set operator equals brute force.
+    let on_a: HashSet<&str> = events
+        .iter()
+        .filter(|e| e.tags[0].1 == "a")
+        .map(|e| e.item.as_str())
+        .collect();
+    let on_b: HashSet<&str> = events
+        .iter()
+        .filter(|e| e.tags[0].1 == "b")
+        .map(|e| e.item.as_str())
+        .collect();
+    let cases = [
+        (
+            "EXACT DISTINCT wallets ON chain:a EXCEPT chain:b",
+            on_a.difference(&on_b).count(),
+        ),
+        (
+            "EXACT DISTINCT wallets ON chain:a OR chain:b",
+            on_a.union(&on_b).count(),
+        ),
+        (
+            "EXACT DISTINCT wallets ON NOT (chain:b)",
+            on_a.difference(&on_b).count(),
+        ),
+        ("EXACT DISTINCT wallets ON chain:b", on_b.len()),
+    ];
+    for (q, truth) in cases {
+        let a = s.query(q).expect(q);
+        assert_eq!((number(&a), a.exact), (truth as f64, true), "{q}");
+    }
+    // A large difference is answered by Theta, within its interval.
+    let a = s
+        .query("DISTINCT wallets ON chain:a EXCEPT chain:b")
+        .expect("difference");
+    assert_eq!(a.method, "theta");
+    assert!(
+        a.lower.unwrap() <= 29_700.0 && 29_700.0 <= a.upper.unwrap(),
+        "{a}"
+    );
+
+    // SEEN: never "no" for an ingested wallet; the all-time filter answers with no range.
+    for i in (0..59_700).step_by(601) {
+        let a = s
+            .query(&format!("SEEN {}", wallet_address(1, i)))
+            .expect("seen");
+        assert_eq!(
+            (a.method.as_str(), &a.value),
+            ("scalable-bloom", &Value::Text("maybe".into()))
+        );
+    }
+    let a = s
+        .query(&format!(
+            "SEEN {} ON chain:b FROM 2025-12-01 TO 2025-12-02",
+            wallet_address(1, 40_000)
+        ))
+        .expect("seen");
+    assert_eq!((a.method.as_str(), a.buckets), ("bloom", 2));
+    assert!(
+        a.notes.iter().any(|n| n.contains("compounded")),
+        "{:?}",
+        a.notes
+    );
+    let a = s
+        .query(&format!(
+            "EXACT SEEN {} ON chain:a",
+            wallet_address(1, 40_000)
+        ))
+        .expect("exact seen");
+    assert_eq!(a.value, Value::Text("no".into()));
+    let a = s
+        .query(&format!(
+            "EXACT SEEN {} ON chain:a AND chain:b",
+            wallet_address(1, 29_800)
+        ))
+        .expect("exact seen");
+    assert_eq!(a.value, Value::Text("yes".into()));
+
+    // COUNT <value>: the bot through Count-Min, never under; a quiet wallet falls back to exact.
+    let a = s
+        .query(&format!("COUNT {}", wallet_address(1, 0)))
+        .expect("count");
+    assert_eq!(a.method, "countmin");
+    assert!(
+        number(&a) >= 5_001.0 && number(&a) <= 5_001.0 + 0.001 * events.len() as f64,
+        "{a}"
+    );
+    let a = s
+        .query(&format!("COUNT {}", wallet_address(1, 17)))
+        .expect("count");
+    assert_eq!((number(&a), a.exact), (1.0, true), "{a}");
+    let a = s
+        .query(&format!("EXACT COUNT {} ON chain:a", wallet_address(1, 0)))
+        .expect("count");
+    assert_eq!(number(&a), 5_001.0);
+
+    // COUNT: exact event counts, per tag and over a set expression.
+    assert_eq!(
+        number(&s.query("COUNT").expect("count")),
+        events.len() as f64
+    );
+    assert_eq!(
+        number(&s.query("COUNT ON chain:b").expect("count")),
+        30_000.0
+    );
+    assert_eq!(
+        number(&s.query("COUNT ON chain:a OR chain:b").expect("count")),
+        events.len() as f64
+    );
+    let yesterday = events
+        .iter()
+        .filter(|e| e.time >= T0 && e.time < T0 + DAY)
+        .count();
+    assert_eq!(
+        number(&s.query("COUNT FROM yesterday").expect("count")),
+        yesterday as f64
+    );
+
+    // TOP: the bot first; EXACT TOP agrees.
+    let a = s.query("TOP 3 wallets ON chain:a").expect("top");
+    let Value::List(rows) = &a.value else {
+        panic!()
+    };
+    assert_eq!(rows[0]["item"], wallet_address(1, 0));
+    let e = s.query("EXACT TOP 1 wallets").expect("top");
+    let Value::List(rows) = &e.value else {
+        panic!()
+    };
+    assert_eq!(
+        (rows[0]["item"].as_str(), rows[0]["count"].as_u64()),
+        (Some(wallet_address(1, 0).as_str()), Some(5_001))
+    );
+
+    // SAMPLE: n events, and PER chain one sample per value.
+    let a = s.query("SAMPLE 100 FROM ALL").expect("sample");
+    let Value::List(rows) = &a.value else {
+        panic!()
+    };
+    assert_eq!((rows.len(), a.method.as_str()), (100, "reservoir"));
+    let a = s.query("SAMPLE 20 PER chain").expect("sample");
+    let Value::List(rows) = &a.value else {
+        panic!()
+    };
+    assert_eq!(rows.len(), 40);
+    assert_eq!(
+        rows.iter().filter(|r| r["stratum"] == "chain:b").count(),
+        20
+    );
+
+    // EXPLAIN, SHOW, INFO, HELP, JSON.
+    let a = s
+        .query("EXPLAIN DISTINCT wallets ON chain:a AND chain:b")
+        .expect("explain");
+    let Value::Text(t) = &a.value else { panic!() };
+    assert!(
+        t.contains("buckets read: 2") && t.contains("exact fallback: answered exactly"),
+        "{t}"
+    );
+    for q in ["SHOW BUCKETS", "SHOW TAGS", "SHOW SKETCHES", "INFO", "HELP"] {
+        s.query(q).expect(q);
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&s.query("DISTINCT wallets").expect("q").to_json()).expect("json");
+    for f in [
+        "kind", "value", "lower", "upper", "method", "exact", "buckets", "notes",
+    ] {
+        assert!(json.get(f).is_some(), "{f}");
+    }
+    assert!(store.query("COUNT ON chain:a").expect("facade").exact);
+}
+
+#[test]
+fn errors_a_person_can_act_on() {
+    let dir = tempdir("errors");
+    let store = Store::create(&dir, config()).expect("create");
+    store.ingest_batch(&stream()[..1_000]).expect("ingest");
+    let mut s = Session::new(&store);
+    let e = s.query("DISTINTC wallets").expect_err("typo");
+    assert!(
+        matches!(e, QueryError::Syntax(ref x) if x.offset == 0 && x.suggestion.as_deref() == Some("DISTINCT")),
+        "{e}"
+    );
+    let e = s
+        .query("DISTINCT wallets ON chain:z")
+        .expect_err("unknown value");
+    assert!(
+        e.to_string().contains("chain:z") && e.to_string().contains("chain:a"),
+        "{e}"
+    );
+    let e = s
+        .query("DISTINCT wallets ON colour:red")
+        .expect_err("unknown field");
+    assert!(e.to_string().contains("colour"), "{e}");
+    let e = s.query("SAMPLE 301").expect_err("too many");
+    assert!(e.to_string().contains("reservoir size 300"), "{e}");
+    let e = s
+        .query("SEEN 0xabc ON chain:a AND chain:b")
+        .expect_err("refused");
+    assert!(
+        e.to_string()
+            .contains("EXACT SEEN 0xabc ON chain:a AND chain:b"),
+        "{e}"
+    );
+    let a = s
+        .query("COUNT FROM 2020-01-01 TO 2020-01-02")
+        .expect("empty range");
+    assert_eq!(number(&a), 0.0);
+    assert!(
+        a.notes.iter().any(|n| n.contains("no buckets")),
+        "{:?}",
+        a.notes
+    );
+    let a = s
+        .query("DISTINCT wallets FROM 2020-01-01 TO 2020-01-02")
+        .expect("empty range");
+    assert!(
+        a.notes.iter().any(|n| n.contains("no buckets")),
+        "{:?}",
+        a.notes
+    );
+    s.query("SET NOW = 2025-12-01").expect("set now");
+    assert!(number(&s.query("COUNT FROM today").expect("today")) > 0.0);
+}
+
+/// Over many generated streams: DISTINCT intervals cover the truth at least 90% of the time.
+/// They are 95% intervals, so misses are at most Binomial(40, 0.05) (mean 2); requiring 34 of 40
+/// fails by chance with probability below 0.1%. SEEN never says "no" for an ingested wallet,
+/// COUNT <value> is never below the truth, and EXACT equals brute force.
+#[test]
+fn accuracy_over_many_generated_streams() {
+    let mut covered = 0;
+    let streams = 40u64;
+    for seed in 0..streams {
+        let dir = tempdir(&format!("acc-{seed}"));
+        let store = Store::create(&dir, config()).expect("create");
+        let n = 5_000 + (splitmix64(seed) % 20_000) as u64;
+        let mut truth: HashMap<String, u64> = HashMap::new();
+        let events: Vec<Event> = (0..n * 2)
+            .map(|i| {
+                let w = wallet_address(100 + seed, splitmix64(seed ^ i) % n);
+                *truth.entry(w.clone()).or_insert(0) += 1;
+                Event::new(
+                    T0 + (i as i64 % 3) * DAY,
+                    w,
+                    &[("chain", if i % 2 == 0 { "a" } else { "b" })],
+                )
+            })
+            .collect();
+        store.ingest_batch(&events).expect("ingest");
+        let mut s = Session::with_seed(&store, seed);
+        let a = s.query("DISTINCT wallets").expect("distinct");
+        let t = truth.len() as f64;
+        if a.lower.unwrap() <= t && t <= a.upper.unwrap() {
+            covered += 1;
+        }
+        let e = s.query("EXACT DISTINCT wallets").expect("exact");
+        assert_eq!(number(&e), t);
+        for (w, &c) in truth.iter().take(50) {
+            let seen = s.query(&format!("SEEN {w}")).expect("seen");
+            assert_ne!(seen.value, Value::Text("no".into()), "{w}");
+            let count = s.query(&format!("COUNT {w}")).expect("count");
+            assert!(number(&count) >= c as f64, "{w}: {} < {c}", number(&count));
+        }
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    assert!(
+        covered >= 34,
+        "DISTINCT covered the truth in {covered} of {streams} streams"
+    );
+}
