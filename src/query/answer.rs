@@ -46,6 +46,9 @@ pub struct Answer {
     /// For people: the method's parameters, e.g. `hll p=14`.
     #[serde(skip)]
     pub detail: String,
+    /// Sketch bytes the answer read (shown by EXPLAIN).
+    #[serde(skip)]
+    pub bytes_read: usize,
 }
 
 impl Answer {
@@ -68,6 +71,7 @@ impl Answer {
             buckets,
             notes: Vec::new(),
             detail: method.into(),
+            bytes_read: 0,
         }
     }
 
@@ -88,6 +92,7 @@ impl Answer {
             buckets,
             notes: Vec::new(),
             detail: method.into(),
+            bytes_read: 0,
         }
     }
 
@@ -108,6 +113,7 @@ impl Answer {
             buckets,
             notes: Vec::new(),
             detail: method.into(),
+            bytes_read: 0,
         }
     }
 

@@ -11,6 +11,7 @@ use crate::store::log::{ItemRef, LogEvent};
 use crate::store::{Slice, Store, StoreError, TimeRange};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
+use rustc_hash::FxHashMap;
 use std::collections::HashMap;
 
 /// Everything that can stop a query.
@@ -305,21 +306,32 @@ impl<'s> Session<'s> {
     }
 
     /// Scans the range once, tracking per item which of the expression's tags it was seen with.
+    /// Wallets (the common case) are keyed by their 20 bytes inline, so a scan of millions of
+    /// events allocates once per distinct raw item at most.
     fn exact_distinct(&mut self, plan: &Plan) -> Result<Answer, QueryError> {
         let eval = SetEval::new(self.store, &plan.shape)?;
-        let mut masks: HashMap<Box<[u8]>, u64> = HashMap::new();
-        let mut buf = Vec::with_capacity(64);
+        let mut wallets: FxHashMap<[u8; 20], u64> = FxHashMap::default();
+        let mut raw: FxHashMap<Box<[u8]>, u64> = FxHashMap::default();
         let decoded = self.store.scan(&Slice::Whole, &plan.range, |ev| {
             let mask = eval.mask(ev);
-            item_key(&ev.item, &mut buf);
-            match masks.get_mut(buf.as_slice()) {
-                Some(m) => *m |= mask,
-                None => {
-                    masks.insert(buf.clone().into_boxed_slice(), mask);
+            match ev.item {
+                ItemRef::Wallet(b) => {
+                    let key: [u8; 20] = b.try_into().unwrap_or([0; 20]);
+                    *wallets.entry(key).or_insert(0) |= mask;
                 }
+                ItemRef::Raw(b) => match raw.get_mut(b) {
+                    Some(m) => *m |= mask,
+                    None => {
+                        raw.insert(b.into(), mask);
+                    }
+                },
             }
         })?;
-        let n = masks.values().filter(|&&m| eval.holds(m)).count() as f64;
+        let n = wallets
+            .values()
+            .chain(raw.values())
+            .filter(|&&m| eval.holds(m))
+            .count() as f64;
         let buckets = self.store.count(&Slice::Whole, &plan.range)?.1;
         Ok(
             Answer::number(Kind::Distinct, n, n, n, "exact", true, buckets)
@@ -361,12 +373,14 @@ impl<'s> Session<'s> {
         let mut maybe = false;
         let mut clear = 1.0;
         let mut buckets = 0;
+        let mut bytes = 0;
         let mut saturated = false;
         for s in &slices {
             let m = self.store.membership(s, &plan.range, value)?;
             maybe |= m.maybe;
             clear *= 1.0 - m.false_positive_rate;
             buckets += m.buckets;
+            bytes += m.bytes;
             saturated |= m.saturated;
         }
         let fpr = 1.0 - clear;
@@ -385,6 +399,7 @@ impl<'s> Session<'s> {
         };
         a.lower = Some(0.0);
         a.upper = Some(fpr);
+        a.bytes_read = bytes;
         if saturated {
             a = a.note("a Bloom filter read is loaded past its capacity: its false-positive rate is above what it was sized for");
         }
@@ -547,6 +562,7 @@ impl<'s> Session<'s> {
                 "countmin top-{k} candidates, each over by at most {}",
                 thousands(bound)
             ));
+        a.bytes_read = merged.bytes;
         if n > k {
             a = a.note(format!(
                 "only the {k} heaviest candidates are kept per bucket; asked for {n}"
@@ -759,6 +775,7 @@ fn explain(plan: &Plan, answer: &Answer) -> Answer {
         ),
         format!("range: {}", plan.range_label),
         format!("buckets read: {}", answer.buckets),
+        format!("sketch bytes read: {}", thousands(answer.bytes_read as f64)),
     ];
     if let (Some(lo), Some(hi), super::answer::Value::Number(v)) =
         (answer.lower, answer.upper, &answer.value)

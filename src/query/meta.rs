@@ -96,11 +96,16 @@ pub fn answer(store: &Store, statement: &Statement) -> Result<Answer, QueryError
                     if let Some(set) = store.sketch_set(&Slice::Whole, *b)? {
                         let f = &set.bloom;
                         lines.push(format!(
-                            "{}: bloom fill {:.1}%, predicted FPR {:.3}%; sketches {} bytes",
+                            "{}: {} events; bloom fill {:.1}%, predicted FPR {:.3}%; bytes: bloom {}, hll {}, theta {}, countmin {}, reservoir {}",
                             width.label(*b),
+                            thousands(set.events as f64),
                             f.fill_ratio() * 100.0,
                             f.predicted_fpr() * 100.0,
-                            thousands(set.size_bytes() as f64)
+                            thousands(set.bloom.size_bytes() as f64),
+                            thousands(set.hll.size_bytes() as f64),
+                            thousands(set.theta.size_bytes() as f64),
+                            thousands(set.cms.size_bytes() as f64),
+                            thousands(set.reservoir.size_bytes() as f64),
                         ));
                         if f.is_overfull() {
                             notes.push(format!("bucket {}: Bloom filter loaded past its capacity ({} inserted, sized for {})", width.label(*b), thousands(f.inserted() as f64), thousands(f.capacity() as f64)));
