@@ -314,6 +314,18 @@ fn errors_a_person_can_act_on() {
         "{:?}",
         a.notes
     );
+    assert!(
+        s.query("COUNT FROM 2025-12-02 TO 2025-12-01").is_err(),
+        "a range that ends before it starts"
+    );
+    let e = s.query("TOP 3 users").expect_err("wrong item");
+    assert!(e.to_string().contains("TOP 3 wallets"), "{e}");
+    s.query("EXPLAIN SET NOW = 2020-01-01")
+        .expect("explain set now");
+    assert!(
+        number(&s.query("COUNT FROM today").expect("today")) == 0.0,
+        "EXPLAIN did not move the clock"
+    );
     s.query("SET NOW = 2025-12-01").expect("set now");
     assert!(number(&s.query("COUNT FROM today").expect("today")) > 0.0);
 }

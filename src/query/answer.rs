@@ -33,7 +33,8 @@ pub struct Answer {
     pub kind: Kind,
     pub value: Value,
     /// 95% bounds where the method is approximate (Count-Min: at 1 - delta); equal to the value
-    /// when exact; absent for answers that are not numbers.
+    /// when exact; absent for answers that are not numbers (SEEN reports its false-positive
+    /// rate in `notes` instead).
     pub lower: Option<f64>,
     pub upper: Option<f64>,
     /// Which structure answered: hll, theta, bloom, scalable-bloom, countmin, reservoir, exact.
@@ -49,6 +50,9 @@ pub struct Answer {
     /// Sketch bytes the answer read (shown by EXPLAIN).
     #[serde(skip)]
     pub bytes_read: usize,
+    /// The confidence of `lower`..`upper`: 0.95, or 1 - delta for Count-Min.
+    #[serde(skip)]
+    pub confidence: f64,
 }
 
 impl Answer {
@@ -72,6 +76,7 @@ impl Answer {
             notes: Vec::new(),
             detail: method.into(),
             bytes_read: 0,
+            confidence: 0.95,
         }
     }
 
@@ -93,6 +98,7 @@ impl Answer {
             notes: Vec::new(),
             detail: method.into(),
             bytes_read: 0,
+            confidence: 0.95,
         }
     }
 
@@ -114,6 +120,7 @@ impl Answer {
             notes: Vec::new(),
             detail: method.into(),
             bytes_read: 0,
+            confidence: 0.95,
         }
     }
 

@@ -98,6 +98,22 @@ impl<'s> Session<'s> {
             plan.range = r;
             plan.range_label = label;
         }
+        if plan.method == Method::Scan && !self.store.raw_events_retained(&plan.range) {
+            return Err(StoreError::Query(format!(
+                "raw events for part of {} have expired, so an exact answer is not possible; ask without EXACT",
+                plan.range_label
+            ))
+            .into());
+        }
+        if let (true, Statement::SetNow(d)) = (plan.explain, &plan.statement) {
+            return Ok(Answer::text(
+                Kind::Explain,
+                format!("would set the clock to {d}"),
+                "meta",
+                true,
+                0,
+            ));
+        }
         let answer = match &plan.statement {
             Statement::Distinct { .. } => self.distinct(&plan)?,
             Statement::Seen { value, .. } => self.seen(&plan, value)?,
@@ -110,6 +126,14 @@ impl<'s> Session<'s> {
                 Answer::text(Kind::Info, format!("now = {d}"), "meta", true, 0)
             }
             other => super::meta::answer(self.store, other)?,
+        };
+        let width = self.store.config().bucket.millis();
+        let aligned = |t: Option<i64>| t.is_none_or(|t| t.rem_euclid(width) == 0);
+        let whole_buckets = aligned(plan.range.start) && aligned(plan.range.end);
+        let answer = if !answer.exact && !whole_buckets {
+            answer.note("the range does not fall on bucket boundaries: sketches of every overlapping bucket were read whole")
+        } else {
+            answer
         };
         Ok(if plan.explain {
             explain(&plan, &answer)
@@ -167,9 +191,10 @@ impl<'s> Session<'s> {
             Ok(n) => {
                 let a = exact(self)?;
                 Ok(a.note(format!(
-                    "answered exactly from {} raw events: the {} 95% interval was {width}, wider than ±{:.0}%",
+                    "answered exactly from {} raw events: the {} {:.0}% interval was {width}, wider than ±{:.0}%",
                     thousands(n as f64),
                     approx.method,
+                    approx.confidence * 100.0,
                     self.options.fallback_width * 100.0
                 )))
             }
@@ -258,7 +283,7 @@ impl<'s> Session<'s> {
                 let mut reads = (0, 0);
                 let t = self.theta_of(e, &plan.range, &mut reads)?;
                 let est = t.estimate();
-                let a = Answer::number(
+                let mut a = Answer::number(
                     Kind::Distinct,
                     est.value,
                     est.lower,
@@ -272,6 +297,10 @@ impl<'s> Session<'s> {
                     t.nominal_entries(),
                     t.retained()
                 ));
+                a.bytes_read = reads.1;
+                if reads.0 == 0 {
+                    return Ok(no_buckets(Kind::Distinct, "theta", &plan.range_label));
+                }
                 if est.exact {
                     a.with_detail(format!("theta k={}, below k so exact", t.nominal_entries()))
                 } else {
@@ -283,12 +312,12 @@ impl<'s> Session<'s> {
                     Shape::Union(v) => v.clone(),
                     _ => vec![Slice::Whole],
                 };
-                let (h, buckets, _) = self.merged_hll(&slices, &plan.range)?;
+                let (h, buckets, bytes) = self.merged_hll(&slices, &plan.range)?;
                 match h {
                     None => return Ok(no_buckets(Kind::Distinct, "hll", &plan.range_label)),
                     Some(h) => {
                         let est = h.estimate();
-                        Answer::number(
+                        let mut a = Answer::number(
                             Kind::Distinct,
                             est.value,
                             est.lower,
@@ -297,7 +326,9 @@ impl<'s> Session<'s> {
                             false,
                             buckets,
                         )
-                        .with_detail(format!("hll p={}", h.precision()))
+                        .with_detail(format!("hll p={}", h.precision()));
+                        a.bytes_read = bytes;
+                        a
                     }
                 }
             }
@@ -397,8 +428,6 @@ impl<'s> Session<'s> {
             Answer::text(Kind::Seen, "no", method, false, buckets)
                 .with_detail(format!("{method}: 'no' is certain"))
         };
-        a.lower = Some(0.0);
-        a.upper = Some(fpr);
         a.bytes_read = bytes;
         if saturated {
             a = a.note("a Bloom filter read is loaded past its capacity: its false-positive rate is above what it was sized for");
@@ -417,17 +446,21 @@ impl<'s> Session<'s> {
             Shape::Union(v) => v.clone(),
             _ => vec![Slice::Whole],
         };
-        let (mut est, mut bound, mut buckets) = (0u64, 0.0, 0);
+        let (mut est, mut bound, mut buckets, mut bytes) = (0u64, 0.0, 0, 0);
         let mut delta = 0.0;
         for s in &slices {
             let f = self.store.frequency(s, &plan.range, value)?;
             est += f.estimate;
             bound += f.bound;
             buckets += f.buckets;
+            bytes += f.bytes;
             delta = f.delta;
         }
+        if buckets == 0 {
+            return Ok(no_buckets(Kind::Count, "countmin", &plan.range_label));
+        }
         let e = est as f64;
-        let approx = Answer::number(
+        let mut approx = Answer::number(
             Kind::Count,
             e,
             (e - bound).max(0.0),
@@ -441,6 +474,8 @@ impl<'s> Session<'s> {
             thousands(bound),
             (1.0 - delta) * 100.0
         ));
+        approx.bytes_read = bytes;
+        approx.confidence = 1.0 - delta;
         let value = value.to_string();
         self.maybe_fallback(plan, approx, move |s| s.exact_count_value(plan, &value))
     }
@@ -590,6 +625,12 @@ impl<'s> Session<'s> {
                     })
                     .filter(|(f, _)| f == field)
                     .map(|(f, v)| Slice::tag(&f, &v))
+                    // `ON` with `PER` narrows the strata to the named values (the planner has
+                    // checked they are values of the same field).
+                    .filter(|s| match &plan.shape {
+                        Shape::Union(on) => on.contains(s),
+                        _ => true,
+                    })
                     .collect();
                 if values.is_empty() {
                     return Err(StoreError::Query(format!(

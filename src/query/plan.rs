@@ -69,7 +69,8 @@ pub struct Plan {
     pub range_label: String,
     /// `EXACT` was asked for.
     pub exact: bool,
-    /// `EXPLAIN` was asked for: describe, do not answer.
+    /// `EXPLAIN` was asked for: describe the plan (the approximate step is run to measure its
+    /// error and buckets; SET NOW is not applied).
     pub explain: bool,
 }
 
@@ -97,8 +98,13 @@ fn shape_of(set: &Option<SetExpr>) -> Shape {
         Some(e) => {
             let mut out = Vec::new();
             if tags(e, &mut out) {
-                out.dedup();
-                Shape::Union(out)
+                let mut unique: Vec<Slice> = Vec::new();
+                for s in out {
+                    if !unique.contains(&s) {
+                        unique.push(s);
+                    }
+                }
+                Shape::Union(unique)
             } else {
                 Shape::Expr(e.clone())
             }
@@ -204,9 +210,13 @@ pub fn plan(
         if item.eq_ignore_ascii_case(item_field) || item.eq_ignore_ascii_case(&plural) {
             Ok(())
         } else {
+            let mut fixed = inner.clone();
+            if let Statement::Distinct { item, .. } | Statement::Top { item, .. } = &mut fixed {
+                *item = plural.clone();
+            }
             Err(Refusal {
                 reason: format!("this store counts '{item_field}', not '{item}'"),
-                instead: inner.to_string().replacen(item, &plural, 1),
+                instead: fixed.to_string(),
             })
         }
     };
@@ -220,6 +230,14 @@ pub fn plan(
         _ => (None, Range::Unspecified),
     };
     let shape = shape_of(&set);
+    if let Range::Between { from, to: Some(to) } = &range {
+        if date_ms(to) < date_ms(from) {
+            return Err(Refusal {
+                reason: format!("the range ends ({to}) before it starts ({from})"),
+                instead: format!("FROM {to} TO {from}"),
+            });
+        }
+    }
     let (time, range_label) = resolve_range(&range, now, width);
     let single_or_whole =
         matches!(&shape, Shape::Whole) || matches!(&shape, Shape::Union(v) if v.len() == 1);
@@ -272,6 +290,12 @@ pub fn plan(
                     })
                 }
             }
+        }
+        Statement::Sample { per: Some(field), .. } if matches!(&shape, Shape::Union(v) if v.iter().any(|s| !matches!(s, Slice::Tag { field: f, .. } if f == field))) => {
+            return Err(Refusal {
+                reason: format!("PER {field} stratifies by {field}; ON may only narrow it to values of {field}"),
+                instead: format!("SAMPLE <n> PER {field}, or SAMPLE <n> ON <tag> without PER"),
+            })
         }
         Statement::Sample { .. } => {
             if exact {

@@ -477,8 +477,8 @@ impl Store {
         Ok((top, merged))
     }
 
-    /// Exact number of events of a slice in the range (whole buckets: a bucket counts if it
-    /// overlaps the range; ranges are bucket-aligned in the query language).
+    /// Exact number of events of a slice in the buckets that overlap the range (whole buckets:
+    /// for a range that is not bucket-aligned, scan the log instead).
     pub fn count(&self, slice: &Slice, range: &TimeRange) -> Result<(u64, usize)> {
         let st = self.lock();
         let tag = self.tag_id(&st, slice)?;
