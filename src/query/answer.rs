@@ -80,6 +80,11 @@ impl Answer {
         }
     }
 
+    /// An exactly known number: its bounds are itself.
+    pub(crate) fn exact(kind: Kind, value: f64, buckets: usize) -> Self {
+        Answer::number(kind, value, value, value, "exact", true, buckets)
+    }
+
     pub(crate) fn text(
         kind: Kind,
         value: impl Into<String>,

@@ -364,10 +364,8 @@ impl<'s> Session<'s> {
             .filter(|&&m| eval.holds(m))
             .count() as f64;
         let buckets = self.store.count(&Slice::Whole, &plan.range)?.1;
-        Ok(
-            Answer::number(Kind::Distinct, n, n, n, "exact", true, buckets)
-                .with_detail(format!("scan of {} events", thousands(decoded as f64))),
-        )
+        Ok(Answer::exact(Kind::Distinct, n, buckets)
+            .with_detail(format!("scan of {} events", thousands(decoded as f64))))
     }
 
     fn seen(&mut self, plan: &Plan, value: &str) -> Result<Answer, QueryError> {
@@ -494,16 +492,8 @@ impl<'s> Session<'s> {
             }
         })?;
         let buckets = self.store.count(&Slice::Whole, &plan.range)?.1;
-        Ok(Answer::number(
-            Kind::Count,
-            n as f64,
-            n as f64,
-            n as f64,
-            "exact",
-            true,
-            buckets,
-        )
-        .with_detail(format!("scan of {} events", thousands(decoded as f64))))
+        Ok(Answer::exact(Kind::Count, n as f64, buckets)
+            .with_detail(format!("scan of {} events", thousands(decoded as f64))))
     }
 
     fn count(&mut self, plan: &Plan) -> Result<Answer, QueryError> {
@@ -513,16 +503,7 @@ impl<'s> Session<'s> {
                 _ => Slice::Whole,
             };
             let (n, buckets) = self.store.count(&slice, &plan.range)?;
-            let a = Answer::number(
-                Kind::Count,
-                n as f64,
-                n as f64,
-                n as f64,
-                "exact",
-                true,
-                buckets,
-            )
-            .with_detail("event counts");
+            let a = Answer::exact(Kind::Count, n as f64, buckets).with_detail("event counts");
             return Ok(if buckets == 0 {
                 a.note(format!("no buckets in {}", plan.range_label))
             } else {
@@ -543,16 +524,7 @@ impl<'s> Session<'s> {
             }
         })?;
         let buckets = self.store.count(&Slice::Whole, &plan.range)?.1;
-        Ok(Answer::number(
-            Kind::Count,
-            n as f64,
-            n as f64,
-            n as f64,
-            "exact",
-            true,
-            buckets,
-        )
-        .with_detail("scan"))
+        Ok(Answer::exact(Kind::Count, n as f64, buckets).with_detail("scan"))
     }
 
     fn top(&mut self, plan: &Plan, n: u64) -> Result<Answer, QueryError> {
