@@ -56,6 +56,23 @@ pub struct Answer {
 }
 
 impl Answer {
+    /// The fields every answer shares; the constructors below differ only in `value` and bounds.
+    fn new(kind: Kind, value: Value, method: &str, exact: bool, buckets: usize) -> Self {
+        Answer {
+            kind,
+            value,
+            lower: None,
+            upper: None,
+            method: method.into(),
+            exact,
+            buckets,
+            notes: Vec::new(),
+            detail: method.into(),
+            bytes_read: 0,
+            confidence: 0.95,
+        }
+    }
+
     pub(crate) fn number(
         kind: Kind,
         value: f64,
@@ -66,17 +83,9 @@ impl Answer {
         buckets: usize,
     ) -> Self {
         Answer {
-            kind,
-            value: Value::Number(value),
             lower: Some(lower),
             upper: Some(upper),
-            method: method.into(),
-            exact,
-            buckets,
-            notes: Vec::new(),
-            detail: method.into(),
-            bytes_read: 0,
-            confidence: 0.95,
+            ..Answer::new(kind, Value::Number(value), method, exact, buckets)
         }
     }
 
@@ -92,19 +101,7 @@ impl Answer {
         exact: bool,
         buckets: usize,
     ) -> Self {
-        Answer {
-            kind,
-            value: Value::Text(value.into()),
-            lower: None,
-            upper: None,
-            method: method.into(),
-            exact,
-            buckets,
-            notes: Vec::new(),
-            detail: method.into(),
-            bytes_read: 0,
-            confidence: 0.95,
-        }
+        Answer::new(kind, Value::Text(value.into()), method, exact, buckets)
     }
 
     pub(crate) fn list(
@@ -114,19 +111,7 @@ impl Answer {
         exact: bool,
         buckets: usize,
     ) -> Self {
-        Answer {
-            kind,
-            value: Value::List(items),
-            lower: None,
-            upper: None,
-            method: method.into(),
-            exact,
-            buckets,
-            notes: Vec::new(),
-            detail: method.into(),
-            bytes_read: 0,
-            confidence: 0.95,
-        }
+        Answer::new(kind, Value::List(items), method, exact, buckets)
     }
 
     pub(crate) fn with_detail(mut self, detail: impl Into<String>) -> Self {

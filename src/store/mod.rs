@@ -870,28 +870,17 @@ impl Store {
         for (&(tag, bucket), active) in st.sets.iter_mut().filter(|(_, a)| a.dirty) {
             let name = |part: Part| self.blob_name(tags, part, tag, bucket);
             let s = &active.set;
-            batch.insert(
-                &keys::sketch(Part::Bloom, tag, bucket),
-                s.bloom.encode().map_err(encode_err(name(Part::Bloom)))?,
-            );
-            batch.insert(
-                &keys::sketch(Part::Hll, tag, bucket),
-                s.hll.encode().map_err(encode_err(name(Part::Hll)))?,
-            );
-            batch.insert(
-                &keys::sketch(Part::Theta, tag, bucket),
-                s.theta.encode().map_err(encode_err(name(Part::Theta)))?,
-            );
-            batch.insert(
-                &keys::sketch(Part::CountMin, tag, bucket),
-                s.cms.encode().map_err(encode_err(name(Part::CountMin)))?,
-            );
-            batch.insert(
-                &keys::sketch(Part::Reservoir, tag, bucket),
-                s.reservoir
-                    .encode()
-                    .map_err(encode_err(name(Part::Reservoir)))?,
-            );
+            let encoded = [
+                (Part::Bloom, s.bloom.encode()),
+                (Part::Hll, s.hll.encode()),
+                (Part::Theta, s.theta.encode()),
+                (Part::CountMin, s.cms.encode()),
+                (Part::Reservoir, s.reservoir.encode()),
+            ];
+            for (part, blob) in encoded {
+                let blob = blob.map_err(encode_err(name(part)))?;
+                batch.insert(&keys::sketch(part, tag, bucket), blob);
+            }
             let header = SetHeader {
                 events: s.events,
                 log_pos: pos,
