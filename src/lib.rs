@@ -9,11 +9,17 @@
 //! - [`codec`]: the versioned, checksummed blob format every stored value uses.
 //! - [`sketch`]: the five families, their guarantees, merging and encoding.
 //! - [`gen`]: deterministic synthetic wallets for tests, benchmarks and demos.
+//! - [`store`]: the durable, time-bucketed store of sketch sets and the raw event log.
+//! - [`ingest`]: JSONL and CSV input to store events, all-or-nothing per input.
+//! - [`query`]: the query language, from text to an answer with its bound.
+//! - [`shell`]: the REPL over a store.
 
 pub mod codec;
 pub mod gen;
 pub mod hash;
+pub mod ingest;
 pub mod query;
+pub mod shell;
 pub mod sketch;
 pub mod store;
 

@@ -445,3 +445,50 @@ fn samples_across_buckets_follow_their_event_counts() {
         "{small_day} of 40,000 from the small day"
     );
 }
+
+/// `Store::import` is all or nothing: an error or a panic inside it leaves the store as it was,
+/// in memory and on disk; a success is durable without a flush.
+#[test]
+fn an_import_commits_whole_or_rolls_back() {
+    let dir = tempdir();
+    let store = Store::create(&dir, small_config()).expect("create");
+    let evs = events();
+    let (half, rest) = evs.split_at(evs.len() / 2);
+    store.ingest_batch(half).expect("ingest");
+    let whole = |s: &Store| s.count(&Slice::Whole, &TimeRange::all()).expect("count").0;
+    let distinct = |s: &Store| {
+        s.merged_hll(&Slice::Whole, &TimeRange::all())
+            .expect("hll")
+            .sketch
+            .map_or(0.0, |h| h.estimate().value)
+    };
+    let before = (whole(&store), distinct(&store), store.tags());
+
+    let failed: Result<(), StoreError> = store.import(|imp| {
+        imp.ingest_batch(rest)?;
+        imp.ingest_batch(&[Event::new(1, "0xnew", &[("chain", "brand-new")])])?;
+        Err(StoreError::Query("the input had a bad line".into()))
+    });
+    assert!(failed.is_err());
+    assert_eq!((whole(&store), distinct(&store), store.tags()), before);
+
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _: Result<(), StoreError> = store.import(|imp| {
+            imp.ingest_batch(rest)?;
+            panic!("a bug in the caller");
+        });
+    }));
+    assert!(panicked.is_err());
+    drop(store); // the drop's checkpoint must not write the half-done import
+    let store = Store::open(&dir).expect("reopen");
+    assert_eq!((whole(&store), distinct(&store), store.tags()), before);
+
+    store.import(|imp| imp.ingest_batch(rest)).expect("import");
+    assert_eq!(whole(&store), evs.len() as u64);
+    assert!(distinct(&store) > before.1);
+    drop(store);
+    let store = Store::open(&dir).expect("reopen");
+    assert_eq!(whole(&store), evs.len() as u64);
+    drop(store);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -165,6 +165,9 @@ pub(crate) struct State {
     newest: Option<i64>,
     /// Events older than this were dropped from the log by retention.
     pub(crate) log_retained_from: Option<i64>,
+    /// Inside [`Store::import`]: nothing may reach the disk until it commits, so checkpoints
+    /// and log writes wait. Stays set if the import panics, so a drop cannot persist half of it.
+    importing: bool,
 }
 
 /// An open store. `Send + Sync`: ingest and queries may run from many threads; a mutex
@@ -174,6 +177,27 @@ pub struct Store {
     db: sled::Db,
     config: Config,
     state: Mutex<State>,
+}
+
+/// An import in progress (see [`Store::import`]).
+pub struct Import<'s> {
+    store: &'s Store,
+    st: &'s mut State,
+    events: u64,
+}
+
+impl Import<'_> {
+    /// Adds a batch to the import; a rejected batch fails the whole import.
+    pub fn ingest_batch(&mut self, events: &[Event]) -> Result<()> {
+        self.store.ingest_locked(self.st, events)?;
+        self.events += events.len() as u64;
+        Ok(())
+    }
+
+    /// Events fed so far.
+    pub fn events(&self) -> u64 {
+        self.events
+    }
 }
 
 fn engine(path: &Path) -> impl Fn(sled::Error) -> StoreError + '_ {
@@ -266,7 +290,21 @@ impl Store {
     }
 
     fn load(path: PathBuf, db: sled::Db) -> Result<Store> {
-        let version: u32 = match Self::read_meta(&path, &db, "format")? {
+        let (config, state) = Self::read_state(path.clone(), &db)?;
+        let store = Store {
+            path,
+            db,
+            config,
+            state: Mutex::new(state),
+        };
+        store.replay()?;
+        Ok(store)
+    }
+
+    /// The store's configuration and in-memory state as stored: no sets loaded, nothing
+    /// replayed.
+    fn read_state(path: PathBuf, db: &sled::Db) -> Result<(Config, State)> {
+        let version: u32 = match Self::read_meta(&path, db, "format")? {
             Some(v) => v,
             None => return Err(StoreError::NotAStore { path }),
         };
@@ -277,11 +315,11 @@ impl Store {
                 supported: FORMAT_VERSION,
             });
         }
-        let config: Config = Self::read_meta(&path, &db, "config")?
+        let config: Config = Self::read_meta(&path, db, "config")?
             .ok_or_else(|| StoreError::NotAStore { path: path.clone() })?;
         let checkpoint: Checkpoint =
-            Self::read_meta(&path, &db, "checkpoint")?.unwrap_or(Checkpoint { log_pos: 0 });
-        let log_retained_from: Option<i64> = Self::read_meta(&path, &db, "retained_from")?;
+            Self::read_meta(&path, db, "checkpoint")?.unwrap_or(Checkpoint { log_pos: 0 });
+        let log_retained_from: Option<i64> = Self::read_meta(&path, db, "retained_from")?;
 
         let mut tags = TagDict::default();
         for entry in db.scan_prefix([keys::TAG]) {
@@ -360,15 +398,9 @@ impl Store {
             newest: None,
             deferred_error: None,
             log_retained_from,
+            importing: false,
         };
-        let store = Store {
-            path,
-            db,
-            config,
-            state: Mutex::new(state),
-        };
-        store.replay()?;
-        Ok(store)
+        Ok((config, state))
     }
 
     fn new_all_time(config: &Config) -> Result<ScalableBloom> {
@@ -667,8 +699,58 @@ impl Store {
 
     /// Ingests a batch: all of it or, on any error, none of it. Durable after [`Store::flush`].
     pub fn ingest_batch(&self, events: &[Event]) -> Result<()> {
-        self.check_batch(events)?;
         let mut st = self.lock();
+        self.ingest_locked(&mut st, events)
+    }
+
+    /// Ingests a whole input as one unit: `fill` feeds batches through the [`Import`] it is
+    /// given; if it returns `Ok`, everything it fed is committed in one atomic, synced write; if
+    /// it returns an error (or a batch is rejected, or the commit fails), the store is left
+    /// exactly as it was before the call, on disk and in memory.
+    ///
+    /// The import holds the store for its whole duration: calls from other threads wait. Its
+    /// events stay in memory until the commit (about 27 bytes of log per event plus the sketch
+    /// sets it touches; the memory budget is not enforced meanwhile), and a crash before the
+    /// commit loses the import and nothing else.
+    pub fn import<T, E: From<StoreError>>(
+        &self,
+        fill: impl FnOnce(&mut Import<'_>) -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E> {
+        let mut st = self.lock();
+        // Start from a state that is entirely on disk, so rolling back is re-reading it.
+        self.flush_locked(&mut st)?;
+        self.checkpoint_locked(&mut st)?;
+        st.importing = true;
+        let mut import = Import {
+            store: self,
+            st: &mut st,
+            events: 0,
+        };
+        let outcome = fill(&mut import);
+        let result = match outcome {
+            Ok(value) => {
+                st.importing = false;
+                self.checkpoint_locked(&mut st)
+                    .map(|()| value)
+                    .map_err(E::from)
+            }
+            Err(e) => Err(e),
+        };
+        if result.is_err() {
+            self.rollback(&mut st)?;
+        }
+        result
+    }
+
+    /// Forgets everything in memory that is not on disk (see [`Store::import`]).
+    fn rollback(&self, st: &mut State) -> Result<()> {
+        let (_, fresh) = Self::read_state(self.path.clone(), &self.db)?;
+        *st = fresh;
+        Ok(())
+    }
+
+    fn ingest_locked(&self, st: &mut State, events: &[Event]) -> Result<()> {
+        self.check_batch(events)?;
         let tags_before = st.tags.names.len();
         // Resolve tags and load every set the batch touches before changing any of them, so a
         // damaged blob rejects the whole batch and leaves memory as it was.
@@ -697,7 +779,7 @@ impl Store {
             if st.sets.contains_key(&(tag, bucket)) {
                 continue;
             }
-            if let Err(e) = self.ensure_loaded(&mut st, tag, bucket) {
+            if let Err(e) = self.ensure_loaded(st, tag, bucket) {
                 for key in loaded_now {
                     st.sets.remove(&key);
                 }
@@ -766,12 +848,12 @@ impl Store {
         }
         st.all_time_pos = st.next_seq;
         st.since_checkpoint += events.len() as u64;
-        let over_budget = self.memory_in_use(&st) > self.config.memory_budget;
-        if st.since_checkpoint >= self.config.checkpoint_every || over_budget {
+        let over_budget = self.memory_in_use(st) > self.config.memory_budget;
+        if !st.importing && (st.since_checkpoint >= self.config.checkpoint_every || over_budget) {
             // The batch is applied whatever happens here; failing the call would invite a retry
             // that counts it twice. A failed checkpoint is retried, and reported, by the next
             // flush.
-            if let Err(e) = self.checkpoint_locked(&mut st) {
+            if let Err(e) = self.checkpoint_locked(st) {
                 st.deferred_error = Some(e.to_string());
             }
         }
@@ -817,6 +899,9 @@ impl Store {
 
     /// Writes the pending log without syncing (queries that scan the log need it there).
     pub(crate) fn write_pending(&self, st: &mut State) -> Result<()> {
+        if st.importing {
+            return Ok(());
+        }
         let nothing_pending = st.sealed.is_empty() && st.open_block.is_empty();
         if nothing_pending && st.tags.persisted as usize == st.tags.names.len() {
             return Ok(());
@@ -831,15 +916,19 @@ impl Store {
     /// Makes everything ingested so far durable: on return, a crash loses none of it.
     pub fn flush(&self) -> Result<()> {
         let mut st = self.lock();
+        self.flush_locked(&mut st)
+    }
+
+    fn flush_locked(&self, st: &mut State) -> Result<()> {
         if let Some(earlier) = st.deferred_error.take() {
             // Retry the checkpoint that failed during ingest; it also writes the pending log.
-            self.checkpoint_locked(&mut st)
+            self.checkpoint_locked(st)
                 .map_err(|e| StoreError::DamagedLog {
                     name: format!("checkpoint of {}", self.path.display()),
                     detail: format!("failed during ingest ({earlier}) and again on flush: {e}"),
                 })?;
         }
-        self.write_pending(&mut st)?;
+        self.write_pending(st)?;
         self.db.flush().map_err(engine(&self.path))?;
         Ok(())
     }
@@ -853,6 +942,10 @@ impl Store {
     }
 
     fn checkpoint_locked(&self, st: &mut State) -> Result<()> {
+        if st.importing {
+            // An unfinished import (or one that panicked) must not reach the disk.
+            return Ok(());
+        }
         let unchanged = st.since_checkpoint == 0
             && st.sealed.is_empty()
             && st.open_block.is_empty()

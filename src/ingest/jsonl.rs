@@ -1,0 +1,368 @@
+//! One JSON object per line to an [`Event`], read in a single pass with borrowed strings: the
+//! mapped fields become the time, item and tags; every other field is kept verbatim as the
+//! event's `extra` JSON.
+
+use super::time;
+use super::{BadLine, Mapping};
+use crate::store::Event;
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
+use std::borrow::Cow;
+use std::fmt;
+
+/// Fills `event` from one line (without its newline). On failure, says which field and why.
+pub(crate) fn parse_line(
+    line: &[u8],
+    number: u64,
+    map: &Mapping,
+    event: &mut Event,
+) -> Result<(), BadLine> {
+    let mut ctx = Ctx {
+        map,
+        field: None,
+        problem: None,
+        time: None,
+        item: None,
+        event,
+    };
+    ctx.event.tags.clear();
+    ctx.event.extra.clear();
+    let mut de = serde_json::Deserializer::from_slice(line);
+    let parsed = de
+        .deserialize_map(LineVisitor { ctx: &mut ctx })
+        .and_then(|()| de.end());
+    if let Err(e) = parsed {
+        let (field, reason) = match ctx.problem.take() {
+            Some(p) => (ctx.field.take(), p),
+            None if e.is_syntax() || e.is_eof() => (None, format!("bad JSON: {}", describe(&e))),
+            None => (ctx.field.take(), describe(&e)),
+        };
+        return Err(BadLine {
+            line: number,
+            field,
+            reason,
+        });
+    }
+    let bad = |field: &str, reason: String| BadLine {
+        line: number,
+        field: Some(field.to_string()),
+        reason,
+    };
+    let Some(time) = ctx.time else {
+        return Err(bad(&map.time, "missing (every event needs a time)".into()));
+    };
+    match ctx.item {
+        Some(true) => {}
+        Some(false) => return Err(bad(&map.item, "is empty".into())),
+        None => return Err(bad(&map.item, "missing (every event needs one)".into())),
+    }
+    if !ctx.event.extra.is_empty() {
+        ctx.event.extra.push('}');
+    }
+    ctx.event.time = time;
+    Ok(())
+}
+
+/// serde_json's message with the position as a column (every line is its own document, so
+/// "line 1" would mislead).
+fn describe(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    let message = match text.rfind(" at line ") {
+        Some(i) => &text[..i],
+        None => &text,
+    };
+    format!("{message} (column {})", e.column())
+}
+
+struct Ctx<'a> {
+    map: &'a Mapping,
+    /// The field being read, named in the error if it fails.
+    field: Option<String>,
+    /// Our own reason, when the failure is about meaning rather than syntax.
+    problem: Option<String>,
+    time: Option<i64>,
+    /// Whether the item was present and non-empty.
+    item: Option<bool>,
+    event: &'a mut Event,
+}
+
+impl Ctx<'_> {
+    fn fail<E: de::Error>(&mut self, field: &str, problem: String) -> E {
+        self.field = Some(field.to_string());
+        self.problem = Some(problem.clone());
+        E::custom(problem)
+    }
+}
+
+struct LineVisitor<'a, 'b> {
+    ctx: &'a mut Ctx<'b>,
+}
+
+impl<'de> Visitor<'de> for LineVisitor<'_, '_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<(), A::Error> {
+        let ctx = self.ctx;
+        let map = ctx.map;
+        while let Some(Text(key)) = m.next_key::<Text<'de>>()? {
+            ctx.field = Some(key.to_string());
+            if *key == *map.time {
+                if ctx.time.is_some() {
+                    return Err(ctx.fail(&key, "appears twice".into()));
+                }
+                let t = m.next_value::<TimeValue<'de>>()?;
+                let parsed = match t {
+                    TimeValue::Int(i) => time::from_integer(i, map.unit),
+                    TimeValue::Float(x) => time::from_number(x, map.unit),
+                    TimeValue::Text(s) => time::from_text(&s, map.unit),
+                };
+                match parsed {
+                    Ok(ms) => ctx.time = Some(ms),
+                    Err(reason) => return Err(ctx.fail(&key, reason)),
+                }
+            } else if *key == *map.item {
+                if ctx.item.is_some() {
+                    return Err(ctx.fail(&key, "appears twice".into()));
+                }
+                match m.next_value::<Scalar<'de>>()? {
+                    Scalar::Text(s) => {
+                        ctx.event.item.clear();
+                        ctx.event.item.push_str(&s);
+                        ctx.item = Some(!s.is_empty());
+                    }
+                    Scalar::Null => ctx.item = Some(false),
+                    Scalar::Other(kind) => {
+                        return Err(ctx.fail(
+                            &key,
+                            format!("is {kind}; the item must be a string or a number"),
+                        ))
+                    }
+                }
+            } else if let Some((store_field, _)) =
+                map.tags.iter().find(|(_, source)| **source == *key)
+            {
+                match m.next_value::<Scalar<'de>>()? {
+                    // An empty or null tag is no tag: the event still counts in the whole stream.
+                    Scalar::Text(s) if !s.is_empty() => {
+                        if ctx.event.tags.iter().any(|(f, _)| f == store_field) {
+                            return Err(ctx.fail(&key, "appears twice".into()));
+                        }
+                        ctx.event.tags.push((store_field.clone(), s.into_owned()));
+                    }
+                    Scalar::Text(_) | Scalar::Null => {}
+                    Scalar::Other(kind) => {
+                        return Err(ctx.fail(
+                            &key,
+                            format!("is {kind}; a tag must be a string or a number"),
+                        ))
+                    }
+                }
+            } else {
+                let raw = m.next_value::<&'de RawValue>()?;
+                let extra = &mut ctx.event.extra;
+                extra.push(if extra.is_empty() { '{' } else { ',' });
+                // The key is re-encoded (it may have held escapes); the value is kept as written.
+                extra.push_str(&serde_json::to_string(&*key).map_err(de::Error::custom)?);
+                extra.push(':');
+                extra.push_str(raw.get());
+            }
+        }
+        ctx.field = None;
+        Ok(())
+    }
+}
+
+/// A string borrowed from the line when it has no escapes, owned otherwise.
+struct Text<'de>(Cow<'de, str>);
+
+impl<'de> de::Deserialize<'de> for Text<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Text<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Borrowed(s)))
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Owned(s.to_string())))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// An item or tag value: text (numbers become their text), null, or something unusable.
+enum Scalar<'de> {
+    Text(Cow<'de, str>),
+    Null,
+    Other(&'static str),
+}
+
+impl<'de> de::Deserialize<'de> for Scalar<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Scalar<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string or a number")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Scalar<'de>, E> {
+                Ok(Scalar::Text(Cow::Borrowed(s)))
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Scalar<'de>, E> {
+                Ok(Scalar::Text(Cow::Owned(s.to_string())))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Scalar<'de>, E> {
+                Ok(Scalar::Text(Cow::Owned(v.to_string())))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Scalar<'de>, E> {
+                Ok(Scalar::Text(Cow::Owned(v.to_string())))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Scalar<'de>, E> {
+                Ok(Scalar::Text(Cow::Owned(v.to_string())))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Scalar<'de>, E> {
+                Ok(Scalar::Null)
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Scalar<'de>, E> {
+                Ok(Scalar::Other("a boolean"))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Scalar<'de>, A::Error> {
+                while m.next_entry::<de::IgnoredAny, de::IgnoredAny>()?.is_some() {}
+                Ok(Scalar::Other("an object"))
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut s: A) -> Result<Scalar<'de>, A::Error> {
+                while s.next_element::<de::IgnoredAny>()?.is_some() {}
+                Ok(Scalar::Other("an array"))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A time value as written: integer, fractional number or text.
+enum TimeValue<'de> {
+    Int(i64),
+    Float(f64),
+    Text(Cow<'de, str>),
+}
+
+impl<'de> de::Deserialize<'de> for TimeValue<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = TimeValue<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(time::EXPECTED.trim_start_matches("expected "))
+            }
+            fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<TimeValue<'de>, E> {
+                Ok(TimeValue::Text(Cow::Borrowed(s)))
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<TimeValue<'de>, E> {
+                Ok(TimeValue::Text(Cow::Owned(s.to_string())))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<TimeValue<'de>, E> {
+                Ok(TimeValue::Int(v))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<TimeValue<'de>, E> {
+                i64::try_from(v)
+                    .map(TimeValue::Int)
+                    .map_err(|_| E::custom(format!("{v} is out of range for a time")))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<TimeValue<'de>, E> {
+                Ok(TimeValue::Float(v))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ingest::TimeUnit;
+
+    fn map() -> Mapping {
+        Mapping {
+            time: "time".into(),
+            item: "wallet".into(),
+            tags: vec![("chain".into(), "chain".into())],
+            unit: TimeUnit::Auto,
+        }
+    }
+
+    fn parse(line: &str) -> Result<Event, BadLine> {
+        let mut e = Event::new(0, "", &[]);
+        parse_line(line.as_bytes(), 7, &map(), &mut e).map(|()| e)
+    }
+
+    #[test]
+    fn reads_the_gen_schema_and_keeps_other_fields_verbatim() {
+        let e = parse(r#"{"time":"2026-12-01T00:00:00.086Z","wallet":"0xab","chain":"main","kind":"bot","fee":1.50}"#)
+            .expect("valid");
+        assert_eq!(e.time, 1_796_083_200_086); // 2026-12-01T00:00:00.086Z
+        assert_eq!(e.item, "0xab");
+        assert_eq!(e.tags, vec![("chain".to_string(), "main".to_string())]);
+        assert_eq!(e.extra, r#"{"kind":"bot","fee":1.50}"#);
+        let e = parse(r#"{"wallet":"0x\u0041","time":1764547200}"#).expect("valid");
+        assert_eq!(
+            (e.item.as_str(), e.time, e.extra.as_str()),
+            ("0xA", 1_764_547_200_000, "")
+        );
+        assert!(e.tags.is_empty());
+        let e = parse(r#"{"wallet":12345,"time":1764547200000,"chain":null}"#).expect("valid");
+        assert_eq!(e.item, "12345");
+        assert!(e.tags.is_empty());
+    }
+
+    #[test]
+    fn every_bad_line_names_its_line_field_and_reason() {
+        let cases = [
+            (
+                r#"{"time":"2026-12-01T00:00:00Z","wallet":"0xab""#,
+                None,
+                "bad JSON",
+            ),
+            (r#"not json"#, None, "bad JSON"),
+            (
+                r#"{"time":"2026-12-01T00:00:00Z"}"#,
+                Some("wallet"),
+                "missing",
+            ),
+            (r#"{"wallet":"0xab"}"#, Some("time"), "missing"),
+            (
+                r#"{"time":"noon","wallet":"0xab"}"#,
+                Some("time"),
+                "RFC 3339",
+            ),
+            (r#"{"time":true,"wallet":"0xab"}"#, Some("time"), "RFC 3339"),
+            (r#"{"time":1,"wallet":""}"#, Some("wallet"), "empty"),
+            (r#"{"time":1,"wallet":["0xab"]}"#, Some("wallet"), "array"),
+            (
+                r#"{"time":1,"time":2,"wallet":"0xab"}"#,
+                Some("time"),
+                "twice",
+            ),
+            (
+                r#"{"time":1,"wallet":"0xab","chain":{"x":1}}"#,
+                Some("chain"),
+                "object",
+            ),
+            (r#"{"time":1,"wallet":"0xab"} trailing"#, None, "bad JSON"),
+            (r#"[1,2]"#, None, "object"),
+        ];
+        for (line, field, reason) in cases {
+            let e = parse(line).expect_err(line);
+            assert_eq!(e.line, 7, "{line}");
+            assert_eq!(e.field.as_deref(), field, "{line}: {e}");
+            assert!(e.reason.contains(reason), "{line}: {e}");
+        }
+    }
+}
