@@ -1,5 +1,41 @@
-//! Deterministic synthetic data: wallet addresses for tests, benchmarks and (later) the `gen`
-//! command's streams. Nothing here is random at run time; the same inputs give the same output.
+//! Deterministic synthetic data: wallet addresses for tests and benchmarks, and the three
+//! streams of the reference text (`stream-a`, `stream-b`, `two-chains`) that the `gen` command
+//! writes as JSONL and the demo ingests.
+//!
+//! This module owns synthetic, reproducible data and nothing else: the same inputs (stream,
+//! seed, date, scale) give byte-identical output on every machine, because every random choice
+//! comes from the SplitMix64 generator defined here (its output is fixed by this code, not by a
+//! dependency's version). It must not touch a store: it only produces events (and the ground
+//! truth of each stream, known by construction); ingesting them is the caller's business.
+//!
+//! - [`streams`]: the stream kinds, options, the event iterator and the ground truth.
+
+pub mod streams;
+
+pub use streams::{
+    events, truth, ChainTruth, Events, GenEvent, GenOptions, StreamKind, Truth, Wallet,
+};
+
+/// What can go wrong producing a synthetic stream.
+#[derive(Debug, thiserror::Error)]
+pub enum GenError {
+    /// `--scale` outside (0, 1] (or not a number).
+    #[error("scale must be a number in (0, 1], got {0}")]
+    BadScale(f64),
+    /// A date whose year RFC 3339 cannot write (it needs four digits).
+    #[error("date {0} is outside the years 0000-9999 that RFC 3339 times can express")]
+    BadDate(chrono::NaiveDate),
+    /// A stream name that is not one of the three.
+    #[error("unknown stream '{0}': expected one of stream-a, stream-b, two-chains")]
+    UnknownStream(String),
+    /// Writing the output failed; `what` says which step.
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
 
 /// SplitMix64: a fast, well-mixed bijection on u64, used to derive reproducible values.
 pub fn splitmix64(mut x: u64) -> u64 {
