@@ -9,9 +9,12 @@
 //! truth of each stream, known by construction); ingesting them is the caller's business.
 //!
 //! - [`streams`]: the stream kinds, options, the event iterator and the ground truth.
+//! - [`jsonl`]: the JSONL writer and the conversion to [`crate::store::Event`].
 
+pub mod jsonl;
 pub mod streams;
 
+pub use jsonl::{to_store_event, write_jsonl};
 pub use streams::{
     events, truth, ChainTruth, Events, GenEvent, GenOptions, StreamKind, Truth, Wallet,
 };
