@@ -8,7 +8,8 @@
 //! - [`hash`]: hashes an item once for every sketch it feeds.
 //! - [`codec`]: the versioned, checksummed blob format every stored value uses.
 //! - [`sketch`]: the five families, their guarantees, merging and encoding.
-//! - [`gen`]: deterministic synthetic wallets for tests, benchmarks and demos.
+//! - [`gen`]: deterministic synthetic wallets and the reference text's streams (JSONL or
+//!   store events, with their ground truth) for tests, benchmarks and demos.
 //! - [`store`]: the durable, time-bucketed store of sketch sets and the raw event log.
 //! - [`ingest`]: JSONL and CSV input to store events, all-or-nothing per input.
 //! - [`query`]: the query language, from text to an answer with its bound.
