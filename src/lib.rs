@@ -14,8 +14,10 @@
 //! - [`ingest`]: JSONL and CSV input to store events, all-or-nothing per input.
 //! - [`query`]: the query language, from text to an answer with its bound.
 //! - [`shell`]: the REPL over a store.
+//! - [`demo`]: the demo store and the cheat-sheet report.
 
 pub mod codec;
+pub mod demo;
 pub mod gen;
 pub mod hash;
 pub mod ingest;

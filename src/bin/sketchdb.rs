@@ -1,30 +1,537 @@
-//! The `sketchdb` command. The store, query language and REPL arrive in later milestones; for now
-//! the binary reports its version and what the library offers, and refuses anything else clearly.
+//! The `sketchdb` command: the CLI of SPEC.md over the library. It parses arguments, opens the
+//! store, and turns every error into one line on stderr and a non-zero exit code (1 for a failed
+//! command, 2 for bad usage); nothing here decides an answer.
 
+use clap::{Args, Parser, Subcommand};
+use sketchdb::gen::{self, GenOptions, StreamKind};
+use sketchdb::ingest::{self, Format, Mapping, TimeUnit};
+use sketchdb::query::Session;
+use sketchdb::shell::{self, ShellOptions};
+use sketchdb::sketch::SketchConfig;
+use sketchdb::store::model::DAY_MS;
+use sketchdb::store::{BucketWidth, Config, Store};
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+const DEFAULT_DB: &str = "./sketchdb.db";
+const DEMO_DB: &str = "./sketchdb-demo.db";
+
+#[derive(Parser)]
+#[command(
+    name = "sketchdb",
+    version,
+    about = "Probabilistic sketches over an event stream: ask a question, get an answer with its bound",
+    long_about = "sketchdb keeps time-bucketed sketches (Bloom, HyperLogLog, Theta, Count-Min with Top-K, \
+reservoir) of a stream of transactions, plus the raw events, and answers a small query language \
+with the structure made for each question, saying how wrong the answer may be.\n\n\
+With no command it opens the REPL on the store.",
+    after_help = "Examples:\n  sketchdb demo                                   build a demo store and run the cheat sheet\n  \
+sketchdb --db tx.db init\n  sketchdb gen stream-a | sketchdb --db tx.db ingest -\n  \
+sketchdb --db tx.db query \"DISTINCT wallets FROM ALL\"\n  sketchdb --db tx.db                             open the REPL"
+)]
+struct Cli {
+    /// The store directory [default: ./sketchdb.db; ./sketchdb-demo.db for demo]
+    #[arg(long, global = true, value_name = "DIR", env = "SKETCHDB_DB")]
+    db: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Create a new, empty store
+    #[command(
+        after_help = "Example:\n  sketchdb --db tx.db init --item wallet --tag chain --bucket day"
+    )]
+    Init(InitArgs),
+    /// Ingest a JSONL or CSV file (or stdin) into the store, all lines or none
+    #[command(
+        after_help = "Examples:\n  sketchdb --db tx.db ingest events.jsonl\n  \
+sketchdb gen two-chains --scale 0.1 | sketchdb --db tx.db ingest -\n  \
+sketchdb --db tx.db ingest --format csv --time-field ts --field wallet=from --field chain=network txs.csv"
+    )]
+    Ingest(IngestArgs),
+    /// Answer one statement, or statements from stdin (one per line, one answer per line)
+    #[command(
+        after_help = "Examples:\n  sketchdb --db tx.db query \"DISTINCT wallets ON chain:a AND chain:b\"\n  \
+sketchdb --db tx.db query --json --now 2026-12-01 \"SEEN 0x52908400098527886e0f7030069857d2e4169ee7 FROM today\"\n  \
+printf 'COUNT\\nTOP 5 wallets\\n' | sketchdb --db tx.db query --json"
+    )]
+    Query(QueryArgs),
+    /// Write one of the reference text's synthetic streams as JSONL to stdout
+    #[command(
+        after_help = "Streams:\n  stream-a    500 bots send 900,000 transactions, 100,000 wallets send one each (shuffled)\n  \
+stream-b    20,000 wallets send 50 transactions each (shuffled)\n  \
+two-chains  5,000,000 wallets on each of chain:a and chain:b, exactly 10,000 on both\n\n\
+Example:\n  sketchdb gen two-chains --seed 7 --date 2026-11-30 --scale 0.1 > two-chains.jsonl"
+    )]
+    Gen(GenArgs),
+    /// Build a demo store, ingest the reference's streams and run its cheat sheet as queries
+    #[command(
+        after_help = "Example:\n  sketchdb demo                 (store in ./sketchdb-demo.db, replaced on each run)"
+    )]
+    Demo(DemoArgs),
+}
+
+#[derive(Args)]
+struct InitArgs {
+    /// The input field whose value is the item
+    #[arg(long, value_name = "F", default_value = "wallet")]
+    item: String,
+    /// A field whose values are tags, each with its own sketches (repeatable) [default: chain]
+    #[arg(long = "tag", value_name = "F")]
+    tags: Vec<String>,
+    /// No tag fields at all
+    #[arg(long, conflicts_with = "tags")]
+    no_tags: bool,
+    /// Bucket width
+    #[arg(long, value_name = "day|hour", default_value = "day", value_parser = parse_bucket)]
+    bucket: BucketWidth,
+    /// Distinct items per bucket the Bloom filters are sized for
+    #[arg(long, value_name = "N")]
+    bloom_capacity: Option<u64>,
+    /// Bloom false-positive rate at that capacity
+    #[arg(long, value_name = "P")]
+    bloom_fpr: Option<f64>,
+    /// HyperLogLog precision (2^p registers)
+    #[arg(long, value_name = "P")]
+    hll_p: Option<u8>,
+    /// Theta nominal entries (a power of two)
+    #[arg(long, value_name = "K")]
+    theta_k: Option<u32>,
+    /// Count-Min additive error as a fraction of the bucket's events
+    #[arg(long, value_name = "E")]
+    cms_epsilon: Option<f64>,
+    /// Count-Min failure probability per query
+    #[arg(long, value_name = "D")]
+    cms_delta: Option<f64>,
+    /// Heavy-hitter candidates kept per set
+    #[arg(long, value_name = "K")]
+    top_k: Option<usize>,
+    /// Events sampled per set
+    #[arg(long, value_name = "N")]
+    reservoir: Option<usize>,
+    /// Drop raw events older than this many days (sketches are kept)
+    #[arg(long, value_name = "DAYS")]
+    retention_days: Option<u32>,
+}
+
+#[derive(Args)]
+struct IngestArgs {
+    /// The input file, or - for stdin
+    #[arg(value_name = "FILE|-", default_value = "-")]
+    input: String,
+    /// Input format [default: csv for *.csv files, else jsonl]
+    #[arg(long, value_name = "jsonl|csv")]
+    format: Option<Format>,
+    /// The field holding the event time (RFC 3339, Unix seconds or milliseconds)
+    #[arg(long, value_name = "F", default_value = "time")]
+    time_field: String,
+    /// How to read numeric times
+    #[arg(long, value_name = "auto|s|ms", default_value = "auto")]
+    time_unit: TimeUnit,
+    /// Read store field STORE from input field INPUT, e.g. --field wallet=from (repeatable)
+    #[arg(long = "field", value_name = "STORE=INPUT")]
+    fields: Vec<String>,
+    /// Ingest the good lines and report the bad ones instead of rejecting the input
+    #[arg(long)]
+    skip_bad: bool,
+    /// CSV field delimiter
+    #[arg(long, value_name = "C", default_value = ",")]
+    delimiter: char,
+    /// No progress bar, even on a terminal
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+#[derive(Args)]
+struct QueryArgs {
+    /// The statement; without it, statements are read from stdin, one per line
+    statement: Option<String>,
+    /// One JSON object per answer
+    #[arg(long)]
+    json: bool,
+    /// The clock for today / yesterday / LAST n DAYS (YYYY-MM-DD or YYYY-MM-DDTHH)
+    #[arg(long, value_name = "DATE")]
+    now: Option<String>,
+    /// Seed for SAMPLE, for reproducible samples
+    #[arg(long, value_name = "N")]
+    seed: Option<u64>,
+}
+
+#[derive(Args)]
+struct GenArgs {
+    /// stream-a, stream-b or two-chains
+    stream: StreamKind,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// The UTC day the event times spread over
+    #[arg(long, value_name = "YYYY-MM-DD", default_value = "2026-12-01")]
+    date: chrono::NaiveDate,
+    /// Shrink the wallet counts proportionally (0 < scale ≤ 1)
+    #[arg(long, default_value_t = 1.0)]
+    scale: f64,
+}
+
+#[derive(Args)]
+struct DemoArgs {
+    /// Scale of the two-chains stream (stream-a and stream-b always run at full size)
+    #[arg(long, default_value_t = sketchdb::demo::DEFAULT_SCALE)]
+    scale: f64,
+}
+
+fn parse_bucket(s: &str) -> Result<BucketWidth, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "day" | "days" | "d" => Ok(BucketWidth::Day),
+        "hour" | "hours" | "h" => Ok(BucketWidth::Hour),
+        _ => Err(format!(
+            "'{s}' is not a bucket width (expected day or hour)"
+        )),
+    }
+}
+
+/// A failed command: its one-line message.
+struct Failure(String);
+
+impl<E: std::fmt::Display> From<E> for Failure {
+    fn from(e: E) -> Self {
+        Failure(e.to_string())
+    }
+}
+
+type Outcome = Result<(), Failure>;
+
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        Some("--version" | "-V") => {
-            println!("sketchdb {}", env!("CARGO_PKG_VERSION"));
-            ExitCode::SUCCESS
+    std::panic::set_hook(Box::new(|info| {
+        let text = info.to_string().replace('\n', " ");
+        eprintln!("sketchdb: internal error (please report): {text}");
+    }));
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
         }
-        None | Some("--help" | "-h" | "help") => {
-            println!(
-                "sketchdb {}: probabilistic sketches over an event stream\n\n\
-                 This build contains the sketch library (Bloom, HyperLogLog, Theta, Count-Min with\n\
-                 Top-K, reservoir); the store, query language and REPL are not built yet.\n\n\
-                 Usage: sketchdb --version | --help",
-                env!("CARGO_PKG_VERSION")
-            );
-            ExitCode::SUCCESS
-        }
-        Some(other) => {
-            eprintln!(
-                "sketchdb: unknown command '{other}' (this build has only --version and --help)"
-            );
-            ExitCode::from(2)
+    };
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure(msg)) => {
+            eprintln!("sketchdb: {}", one_line(&msg));
+            ExitCode::from(1)
         }
     }
+}
+
+fn one_line(msg: &str) -> String {
+    msg.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+fn run(cli: Cli) -> Outcome {
+    let db = || cli.db.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_DB));
+    match cli.command {
+        None => repl(&db()),
+        Some(Command::Init(a)) => init(&db(), a),
+        Some(Command::Ingest(a)) => ingest_cmd(&db(), a),
+        Some(Command::Query(a)) => query(&db(), a),
+        Some(Command::Gen(a)) => gen_cmd(a),
+        Some(Command::Demo(a)) => {
+            let path = cli.db.clone().unwrap_or_else(|| PathBuf::from(DEMO_DB));
+            let stdout = std::io::stdout();
+            let mut out = stdout.lock();
+            ignore_closed_pipe(
+                sketchdb::demo::run(&path, a.scale, &mut out).map_err(|e| e.to_string()),
+            )
+        }
+    }
+}
+
+/// Opens an existing store, saying how to make one if there is none.
+fn open(path: &Path) -> Result<Store, Failure> {
+    if !path.exists() {
+        return Err(Failure(format!(
+            "no store at {}: create one with `sketchdb --db {} init`, or try `sketchdb demo`",
+            path.display(),
+            path.display()
+        )));
+    }
+    Ok(Store::open(path)?)
+}
+
+fn init(path: &Path, a: InitArgs) -> Outcome {
+    let d = SketchConfig::default();
+    let sketches = SketchConfig {
+        bloom_capacity: a.bloom_capacity.unwrap_or(d.bloom_capacity),
+        bloom_fpr: a.bloom_fpr.unwrap_or(d.bloom_fpr),
+        hll_precision: a.hll_p.unwrap_or(d.hll_precision),
+        theta_nominal_entries: a.theta_k.unwrap_or(d.theta_nominal_entries),
+        cms_epsilon: a.cms_epsilon.unwrap_or(d.cms_epsilon),
+        cms_delta: a.cms_delta.unwrap_or(d.cms_delta),
+        top_k: a.top_k.unwrap_or(d.top_k),
+        reservoir_size: a.reservoir.unwrap_or(d.reservoir_size),
+        ..d
+    };
+    let tags = if a.no_tags {
+        Vec::new()
+    } else if a.tags.is_empty() {
+        vec!["chain".to_string()]
+    } else {
+        a.tags
+    };
+    let config = Config {
+        item_field: a.item,
+        tag_fields: tags,
+        bucket: a.bucket,
+        sketches,
+        retention_ms: a.retention_days.map(|d| i64::from(d) * DAY_MS),
+        ..Config::default()
+    };
+    config.validate()?;
+    let store = Store::create(path, config)?;
+    let c = store.config();
+    println!(
+        "created {} (item: {}; tags: {}; buckets: {:?})",
+        path.display(),
+        c.item_field,
+        if c.tag_fields.is_empty() {
+            "none".to_string()
+        } else {
+            c.tag_fields.join(", ")
+        },
+        c.bucket
+    );
+    Ok(())
+}
+
+fn ingest_cmd(path: &Path, a: IngestArgs) -> Outcome {
+    let store = open(path)?;
+    let mut mapping = Mapping::for_config(store.config());
+    mapping.time = a.time_field;
+    mapping.unit = a.time_unit;
+    for f in &a.fields {
+        let (store_field, input) = f.split_once('=').ok_or_else(|| {
+            Failure(format!(
+                "--field '{f}': expected STORE=INPUT, e.g. wallet=from"
+            ))
+        })?;
+        mapping
+            .rename(store.config(), store_field.trim(), input.trim())
+            .map_err(|e| Failure(format!("--field '{f}': {e}")))?;
+    }
+    let delimiter = u8::try_from(a.delimiter).map_err(|_| {
+        Failure(format!(
+            "--delimiter '{}' must be one ASCII character",
+            a.delimiter
+        ))
+    })?;
+    let from_stdin = a.input == "-";
+    let format = a
+        .format
+        .unwrap_or(if a.input.to_ascii_lowercase().ends_with(".csv") {
+            Format::Csv
+        } else {
+            Format::Jsonl
+        });
+    let (input, total): (Box<dyn std::io::Read + Send>, Option<u64>) = if from_stdin {
+        (Box::new(std::io::stdin()), None)
+    } else {
+        let file = std::fs::File::open(&a.input)
+            .map_err(|e| Failure(format!("cannot open {}: {e}", a.input)))?;
+        let len = file.metadata().ok().map(|m| m.len());
+        (Box::new(file), len)
+    };
+    let options = ingest::Options {
+        format,
+        mapping: Some(mapping),
+        skip_bad: a.skip_bad,
+        delimiter: Some(delimiter),
+        total_bytes: total,
+    };
+    let show = !a.quiet && std::io::stderr().is_terminal();
+    let bar = show.then(|| progress_bar(total));
+    let started = std::time::Instant::now();
+    let result = ingest::ingest(&store, input, &options, &mut |p| {
+        if let Some(bar) = &bar {
+            let rate = p.events as f64 / started.elapsed().as_secs_f64().max(1e-3);
+            match p.total_bytes {
+                Some(_) => bar.set_position(p.bytes),
+                None => bar.set_position(p.events),
+            }
+            bar.set_message(format!(
+                "{} events, {}/s",
+                thousands(p.events as f64),
+                thousands(rate)
+            ));
+        }
+    });
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
+    }
+    let s = result?;
+    let mut out = format!(
+        "ingested {} events from {} lines into {} bucket{} in {:.2} s ({} events/s); tags seen: {}",
+        thousands(s.events as f64),
+        thousands(s.lines as f64),
+        thousands(s.buckets as f64),
+        if s.buckets == 1 { "" } else { "s" },
+        s.elapsed.as_secs_f64(),
+        thousands(s.events_per_second()),
+        if s.tags.is_empty() {
+            "none".to_string()
+        } else if s.tags.len() <= 8 {
+            s.tags.join(", ")
+        } else {
+            format!("{} ({}, …)", s.tags.len(), s.tags[..8].join(", "))
+        }
+    );
+    if s.skipped > 0 {
+        out.push_str(&format!(
+            "\nskipped {} bad line{}; the first:",
+            thousands(s.skipped as f64),
+            if s.skipped == 1 { "" } else { "s" }
+        ));
+        for e in &s.first_errors {
+            out.push_str(&format!("\n  {e}"));
+        }
+    }
+    println!("{out}");
+    Ok(())
+}
+
+fn progress_bar(total: Option<u64>) -> indicatif::ProgressBar {
+    use indicatif::{ProgressBar, ProgressStyle};
+    let (bar, template) = match total {
+        Some(n) => (
+            ProgressBar::new(n),
+            "{spinner} [{elapsed_precise}] {wide_bar} {percent:>3}% {binary_bytes}/{binary_total_bytes}  {msg}  eta {eta}",
+        ),
+        None => (ProgressBar::no_length(), "{spinner} [{elapsed_precise}] {msg}"),
+    };
+    if let Ok(style) = ProgressStyle::with_template(template) {
+        bar.set_style(style);
+    }
+    bar.set_draw_target(indicatif::ProgressDrawTarget::stderr_with_hz(10));
+    bar
+}
+
+fn thousands(x: f64) -> String {
+    sketchdb::query::answer::thousands(x.round())
+}
+
+fn query(path: &Path, a: QueryArgs) -> Outcome {
+    let store = open(path)?;
+    let mut session = match a.seed {
+        Some(seed) => Session::with_seed(&store, seed),
+        None => Session::new(&store),
+    };
+    if let Some(now) = &a.now {
+        session
+            .query(&format!("SET NOW = {now}"))
+            .map_err(|e| Failure(format!("--now '{now}': {e}")))?;
+    }
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let render = |answer: &sketchdb::query::Answer| {
+        if a.json {
+            answer.to_json()
+        } else {
+            answer.to_string()
+        }
+    };
+    if let Some(statement) = &a.statement {
+        let answer = session.query(statement)?;
+        return ignore_closed_pipe(writeln!(out, "{}", render(&answer)).map_err(|e| e.to_string()));
+    }
+    let mut failed = 0u64;
+    for (n, line) in std::io::stdin().lock().lines().enumerate() {
+        let line = line.map_err(|e| Failure(format!("reading stdin: {e}")))?;
+        let text = line.trim();
+        if text.is_empty() || text.starts_with("--") {
+            continue;
+        }
+        let written = match session.query(text) {
+            Ok(answer) => writeln!(out, "{}", render(&answer)),
+            Err(e) => {
+                failed += 1;
+                let msg = one_line(&e.to_string());
+                eprintln!("sketchdb: line {}: {msg}", n + 1);
+                if a.json {
+                    let obj = serde_json::json!({"kind": "error", "line": n + 1, "error": msg});
+                    writeln!(out, "{obj}")
+                } else {
+                    Ok(())
+                }
+            }
+        };
+        ignore_closed_pipe(written.map_err(|e| e.to_string()))?;
+    }
+    if failed > 0 {
+        return Err(Failure(format!(
+            "{failed} statement{} failed",
+            if failed == 1 { "" } else { "s" }
+        )));
+    }
+    Ok(())
+}
+
+/// A reader that went away (`sketchdb gen | head`) is not an error.
+fn ignore_closed_pipe(r: Result<(), String>) -> Outcome {
+    match r {
+        Err(e) if e.contains("Broken pipe") || e.contains("broken pipe") => Ok(()),
+        other => other.map_err(Failure),
+    }
+}
+
+fn gen_cmd(a: GenArgs) -> Outcome {
+    let options = GenOptions {
+        seed: a.seed,
+        date: a.date,
+        scale: a.scale,
+    };
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let written = gen::write_jsonl(a.stream, &options, &mut out)
+        .map(|_| ())
+        .and_then(|()| {
+            out.flush().map_err(|source| gen::GenError::Io {
+                what: "stdout".into(),
+                source,
+            })
+        });
+    match written {
+        Err(gen::GenError::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::BrokenPipe =>
+        {
+            Ok(())
+        }
+        other => Ok(other?),
+    }
+}
+
+fn repl(path: &Path) -> Outcome {
+    let store = open(path)?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string());
+    let history = std::env::var_os("SKETCHDB_HISTORY")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".sketchdb_history")));
+    let colour = std::io::stdout().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    shell::run(
+        &store,
+        ShellOptions {
+            name,
+            history,
+            colour,
+            now: None,
+        },
+    )?;
+    Ok(())
 }
