@@ -11,7 +11,7 @@ use std::borrow::Cow;
 use std::fmt;
 
 /// Fills `event` from one line (without its newline). On failure, says which field and why.
-pub(crate) fn parse_line(
+pub fn parse_line(
     line: &[u8],
     number: u64,
     map: &Mapping,

@@ -544,7 +544,11 @@ pub fn parse(src: &str) -> Result<Statement, SyntaxError> {
         p.ws();
     }
     if !p.rest().is_empty() {
-        return Err(p.error("the end of the statement"));
+        // Trailing words are most often a misspelt clause keyword (`FORM today`).
+        let suggestion = p
+            .peek_word()
+            .and_then(|w| suggest(w, &["ON", "FROM", "TO", "PER", "AND", "OR", "EXCEPT"]));
+        return Err(p.error_at(p.pos, p.found(), "the end of the statement", suggestion));
     }
     Ok(stmt)
 }

@@ -242,6 +242,13 @@ impl BlockBuilder {
         self.body.extend_from_slice(extra.as_bytes());
     }
 
+    /// Frees what only appending needs (the item dictionary, spare capacity): a sealed block
+    /// may wait in memory for a long import's commit.
+    pub fn seal(&mut self) {
+        self.dictionary = Default::default();
+        self.body.shrink_to_fit();
+    }
+
     /// The framed block and its summary.
     pub fn finish(&self) -> Result<(Vec<u8>, BlockInfo), CodecError> {
         let info = BlockInfo {

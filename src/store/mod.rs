@@ -139,7 +139,8 @@ impl State {
     /// Moves the open block to the sealed ones (infallible: encoding waits for the write).
     fn seal_block(&mut self) {
         let next = log::BlockBuilder::new(self.next_seq);
-        let full = std::mem::replace(&mut self.open_block, next);
+        let mut full = std::mem::replace(&mut self.open_block, next);
+        full.seal();
         self.sealed.push(full);
     }
 }
