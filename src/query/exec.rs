@@ -416,11 +416,15 @@ impl<'s> Session<'s> {
         let method = plan.method.name();
         let mut a = if maybe {
             Answer::text(Kind::Seen, "maybe", method, false, buckets)
-                .with_detail(format!("{method}, false-positive rate {:.3}%", fpr * 100.0))
+                .with_detail(format!("{method}, false-positive rate {}", percent(fpr)))
                 .note(format!(
-                    "'maybe': an item never seen would also be reported so with probability {:.3}%{}",
-                    fpr * 100.0,
-                    if buckets > 1 { format!(", compounded over {buckets} buckets as 1 - Π(1 - fpr_i)") } else { String::new() }
+                    "'maybe': an item never seen would also be reported so with probability {}{}",
+                    percent(fpr),
+                    if buckets > 1 {
+                        format!(", compounded over {buckets} buckets as 1 - Π(1 - fpr_i)")
+                    } else {
+                        String::new()
+                    }
                 ))
         } else {
             Answer::text(Kind::Seen, "no", method, false, buckets)
@@ -620,7 +624,12 @@ impl<'s> Session<'s> {
             let (events, b) = self.store.sample(s, &plan.range, n, &mut self.rng)?;
             buckets = buckets.max(b);
             for e in events {
-                let mut row = serde_json::json!({"time": e.time, self.store.config().item_field.clone(): e.item});
+                // Times as RFC 3339, the form ingest reads back, rather than bare milliseconds.
+                let time = chrono::DateTime::from_timestamp_millis(e.time).map_or_else(
+                    || serde_json::json!(e.time),
+                    |t| serde_json::json!(t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()),
+                );
+                let mut row = serde_json::json!({"time": time, self.store.config().item_field.clone(): e.item});
                 for (f, v) in &e.tags {
                     row[f] = serde_json::Value::String(v.clone());
                 }
@@ -816,4 +825,26 @@ fn explain(plan: &Plan, answer: &Answer) -> Answer {
     );
     a.detail = "plan".into();
     a
+}
+
+/// A probability as a percentage with three significant digits, so a lightly filled filter's
+/// tiny rate reads as 0.000114%, not 0.000%.
+fn percent(p: f64) -> String {
+    let pct = p * 100.0;
+    if pct <= 0.0 || !pct.is_finite() {
+        return format!("{pct}%");
+    }
+    let decimals = (2 - pct.log10().floor() as i32).clamp(0, 12) as usize;
+    format!("{pct:.decimals$}%")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn percentages_keep_three_significant_digits() {
+        assert_eq!(super::percent(0.01), "1.00%");
+        assert_eq!(super::percent(0.000_114_2), "0.0114%");
+        assert_eq!(super::percent(0.5), "50.0%");
+        assert_eq!(super::percent(0.0), "0%");
+    }
 }
