@@ -22,7 +22,7 @@ pub use error::{Result, StoreError};
 pub use model::{BucketWidth, Config, Event, Slice, TimeRange};
 
 use crate::codec;
-use crate::hash::Item;
+use crate::hash::{Item, ItemHashes};
 use crate::sketch::{
     BloomFilter, CountMin, HyperLogLog, Reservoir, ScalableBloom, Sketch, SketchError, SketchSet,
     Theta,
@@ -190,7 +190,16 @@ pub struct Import<'s> {
 impl Import<'_> {
     /// Adds a batch to the import; a rejected batch fails the whole import.
     pub fn ingest_batch(&mut self, events: &[Event]) -> Result<()> {
-        self.store.ingest_locked(self.st, events)?;
+        self.store.ingest_locked(self.st, events, None)?;
+        self.events += events.len() as u64;
+        Ok(())
+    }
+
+    /// [`Import::ingest_batch`] with each event's item hashes already computed, so a reader
+    /// thread can take the hashing off the store's thread. `hashes[i]` must be
+    /// `ItemHashes` of `events[i].item` (crate-private: a wrong hash would corrupt sketches).
+    pub(crate) fn ingest_hashed(&mut self, events: &[Event], hashes: &[ItemHashes]) -> Result<()> {
+        self.store.ingest_locked(self.st, events, Some(hashes))?;
         self.events += events.len() as u64;
         Ok(())
     }
@@ -701,7 +710,7 @@ impl Store {
     /// Ingests a batch: all of it or, on any error, none of it. Durable after [`Store::flush`].
     pub fn ingest_batch(&self, events: &[Event]) -> Result<()> {
         let mut st = self.lock();
-        self.ingest_locked(&mut st, events)
+        self.ingest_locked(&mut st, events, None)
     }
 
     /// Ingests a whole input as one unit: `fill` feeds batches through the [`Import`] it is
@@ -750,7 +759,13 @@ impl Store {
         Ok(())
     }
 
-    fn ingest_locked(&self, st: &mut State, events: &[Event]) -> Result<()> {
+    /// `hashed`, when given, holds each event's item hashes computed ahead (on another thread).
+    fn ingest_locked(
+        &self,
+        st: &mut State,
+        events: &[Event],
+        hashed: Option<&[ItemHashes]>,
+    ) -> Result<()> {
         self.check_batch(events)?;
         let tags_before = st.tags.names.len();
         // Resolve tags and load every set the batch touches before changing any of them, so a
@@ -800,10 +815,23 @@ impl Store {
         }
         // Hash every item once, then feed each set its events family by family (see
         // `SketchSet::update_batch`); each set still sees its events in log order.
-        let items: Vec<Item> = events
-            .iter()
-            .map(|e| Item::new(e.item.as_bytes()))
-            .collect();
+        let items: Vec<Item> = match hashed {
+            Some(h) if h.len() == events.len() => events
+                .iter()
+                .zip(h)
+                .map(|(e, &hashes)| Item {
+                    bytes: e.item.as_bytes(),
+                    hashes,
+                })
+                .collect(),
+            _ => events
+                .iter()
+                .map(|e| Item::new(e.item.as_bytes()))
+                .collect(),
+        };
+        debug_assert!(items
+            .first()
+            .is_none_or(|i| i.hashes == Item::new(i.bytes).hashes));
         let mut routes: FxHashMap<(u32, i64), Vec<usize>> = FxHashMap::default();
         let mut start = 0;
         for (i, (&bucket, &end)) in buckets.iter().zip(&tag_ends).enumerate() {
