@@ -260,11 +260,17 @@ impl ShellHelper {
     /// For a statement keyword: the literal words always following it, and the syntax after the
     /// keyword, from HELP, with the store's item field in place of `wallets`.
     fn template(&self, keyword: &str) -> Option<(String, String)> {
-        let (_, syntax) = self
+        // A keyword with two forms (`COUNT <value> ...`, `COUNT ...`) shows both.
+        let forms: Vec<&str> = self
             .templates
             .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(keyword))?;
-        let syntax = syntax.replace("wallets", &self.item_word());
+            .filter(|(k, _)| k.eq_ignore_ascii_case(keyword))
+            .map(|(_, syntax)| syntax.as_str())
+            .collect();
+        if forms.is_empty() {
+            return None;
+        }
+        let syntax = forms.join(" | ").replace("wallets", &self.item_word());
         let literal: Vec<&str> = syntax
             .split_whitespace()
             .take_while(|w| !w.starts_with(['[', '<', '|']))
@@ -437,7 +443,13 @@ impl Hinter for ShellHelper {
     type Hint = ShellHint;
 
     fn hint(&self, line: &str, pos: usize, _ctx: &Context<'_>) -> Option<ShellHint> {
-        self.hint_for(line, pos)
+        // Unstyled, a hint looks exactly like typed text (a template would read as if the user
+        // had typed `<value>`), so hints are only shown when they can be dimmed.
+        if self.colour {
+            self.hint_for(line, pos)
+        } else {
+            None
+        }
     }
 }
 
@@ -613,6 +625,10 @@ mod tests {
             Some("<n> wallets [ON <tag>] [<range>]".into())
         );
         assert_eq!(
+            hint("COUNT ").map(|x| x.display),
+            Some("<value> [ON <set>] [<range>] | [ON <set>] [<range>]".into())
+        );
+        assert_eq!(
             hint("COUNT FROM yest").and_then(|x| x.completion),
             Some("erday".into())
         );
@@ -621,6 +637,18 @@ mod tests {
         assert_eq!(hint("COUNT"), None);
         assert_eq!(h.hint_for("DIST", 2), None);
         assert_eq!(hint(""), None);
+    }
+
+    #[test]
+    fn shell_hints_only_when_they_can_be_dimmed() {
+        let history = rustyline::history::MemHistory::new();
+        let ctx = Context::new(&history);
+        assert_eq!(helper().hint("DIST", 4, &ctx), None);
+        let coloured = ShellHelper::new(Vocabulary::default(), true);
+        assert_eq!(
+            coloured.hint("DIST", 4, &ctx).map(|h| h.display),
+            Some("INCT wallets".into())
+        );
     }
 
     #[test]

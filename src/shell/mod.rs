@@ -252,7 +252,7 @@ impl Shell<'_> {
             "",
             "shell:",
             "  Tab             complete keywords, tags (after ON / AND / OR / EXCEPT / \"(\") and dates (after FROM / TO)",
-            "  Right arrow     accept the grey hint",
+            "  Right arrow     accept the grey hint (hints are shown only with colour)",
             "  \\ at line end   continue the statement on the next line (so does an open parenthesis); ; ends it",
             "  Up / Down       history",
             "  Ctrl-C          clear the line",
