@@ -247,3 +247,22 @@ fn repl_json_lines_and_a_dumb_terminal_carry_no_escapes() {
     assert!(!seen.contains('\x1b'), "escape in output: {seen:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn repl_colour_styles_the_value_keywords_and_errors() {
+    let dir = fixture("colour");
+    // An empty NO_COLOR counts as unset, so on a terminal the binary turns colour on.
+    let mut p = spawn(&dir, &[("NO_COLOR", "")]);
+    p.send_line("COUNT").expect("send");
+    // The typed keyword is highlighted, the value bold, the method dim.
+    p.exp_string("\x1b[1;34mCOUNT\x1b[0m")
+        .expect("keyword highlighted");
+    p.exp_string("\x1b[1m3\x1b[0m\x1b[2m  (exact, event counts, 2 buckets)\x1b[0m")
+        .expect("styled answer");
+    prompt(&mut p, "prompt");
+    p.send_line("COUNT FROM nowhere").expect("send");
+    p.exp_string("\x1b[31merror: ").expect("red error");
+    prompt(&mut p, "prompt");
+    quit(p);
+    let _ = std::fs::remove_dir_all(&dir);
+}
