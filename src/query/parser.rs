@@ -32,7 +32,8 @@ impl SyntaxError {
     }
 }
 
-const KEYWORDS: &[&str] = &[
+/// Every keyword of the language, upper case (the shell completes and highlights these).
+pub const KEYWORDS: &[&str] = &[
     "DISTINCT",
     "SEEN",
     "COUNT",
@@ -66,7 +67,8 @@ const KEYWORDS: &[&str] = &[
     "PER",
 ];
 
-const STATEMENTS: &[&str] = &[
+/// The keywords a statement can start with.
+pub const STATEMENTS: &[&str] = &[
     "DISTINCT", "SEEN", "COUNT", "TOP", "SAMPLE", "EXACT", "EXPLAIN", "SHOW", "INFO", "HELP", "SET",
 ];
 

@@ -1,7 +1,26 @@
-//! The interactive shell (REPL) over one store. Placeholder until the REPL lands.
+//! The interactive shell (REPL) over one store.
+//!
+//! It owns the conversation with a person at a terminal: the prompt, line editing with
+//! completion and hints ([`helper`]), continuation lines, persistent history, shell commands
+//! (`exit`, `quit`, `\json`) and printing ([`render`]). It drives one
+//! [`Session`](crate::query::Session) for the whole session, so `SET NOW` persists, and prints
+//! the [`Answer`](crate::query::Answer)s it returns. It must not decide an answer: every
+//! statement goes to the query layer as typed (continuation lines joined), and nothing here
+//! reads sketches.
 
+pub mod helper;
+pub mod render;
+
+use crate::query::{parse, Session, Statement};
 use crate::store::Store;
+use helper::{ShellHelper, Vocabulary};
+use rustyline::config::{ColorMode, CompletionType, Config};
+use rustyline::error::ReadlineError;
+use rustyline::history::DefaultHistory;
+use rustyline::Editor;
+use std::io::Write;
 use std::path::PathBuf;
+use std::time::Instant;
 
 /// How the shell is set up by the binary.
 #[derive(Clone, Debug)]
@@ -23,7 +42,296 @@ pub enum ShellError {
     Terminal(String),
 }
 
+impl From<ReadlineError> for ShellError {
+    fn from(e: ReadlineError) -> Self {
+        ShellError::Terminal(e.to_string())
+    }
+}
+
+impl From<std::io::Error> for ShellError {
+    fn from(e: std::io::Error) -> Self {
+        ShellError::Terminal(e.to_string())
+    }
+}
+
+/// What a line typed at the main prompt asks of the shell itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Command {
+    Exit,
+    ToggleJson,
+}
+
+fn command(line: &str) -> Option<Command> {
+    let word = line.trim().trim_end_matches(';').trim();
+    match word.to_ascii_lowercase().as_str() {
+        "exit" | "quit" | "\\q" => Some(Command::Exit),
+        "\\json" => Some(Command::ToggleJson),
+        _ => None,
+    }
+}
+
+/// The REPL's state between statements.
+struct Shell<'s> {
+    store: &'s Store,
+    session: Session<'s>,
+    editor: Editor<ShellHelper, DefaultHistory>,
+    options: ShellOptions,
+    json: bool,
+    /// Set once the history file failed, so the warning is printed once, not per statement.
+    history_failed: bool,
+}
+
 /// Runs the REPL until Ctrl-D or `exit`.
-pub fn run(_store: &Store, _options: ShellOptions) -> Result<(), ShellError> {
-    Err(ShellError::Terminal("the REPL is not built yet".into()))
+pub fn run(store: &Store, options: ShellOptions) -> Result<(), ShellError> {
+    let config = Config::builder()
+        .auto_add_history(false)
+        .history_ignore_dups(true)?
+        .max_history_size(10_000)?
+        .completion_type(CompletionType::List)
+        .color_mode(if options.colour {
+            ColorMode::Enabled
+        } else {
+            ColorMode::Disabled
+        })
+        .build();
+    let mut editor = Editor::<ShellHelper, DefaultHistory>::with_config(config)?;
+    editor.set_helper(Some(ShellHelper::new(
+        vocabulary(store, &Vocabulary::default()),
+        options.colour,
+    )));
+    let mut session = Session::new(store);
+    if options.now.is_some() {
+        session.now = options.now;
+    }
+    let mut shell = Shell {
+        store,
+        session,
+        editor,
+        options,
+        json: false,
+        history_failed: false,
+    };
+    shell.load_history();
+    shell.repl()
+}
+
+/// The words the helper may complete, read from the store; on a read error the old ones stay
+/// (completion is a convenience and must not end the session).
+fn vocabulary(store: &Store, old: &Vocabulary) -> Vocabulary {
+    let width = store.config().bucket;
+    Vocabulary {
+        tags: store.tags(),
+        dates: match store.buckets() {
+            Ok(b) => b.iter().map(|(start, _)| width.label(*start)).collect(),
+            Err(_) => old.dates.clone(),
+        },
+        item: store.config().item_field.clone(),
+    }
+}
+
+impl Shell<'_> {
+    fn repl(&mut self) -> Result<(), ShellError> {
+        let prompt = format!("{}> ", self.options.name);
+        // Right-aligned under the main prompt so continued text lines up with the first line.
+        let continuation = format!("{:>w$}", "...> ", w = prompt.chars().count());
+        let styled = |p: &str| {
+            if self.options.colour {
+                format!("\x1b[1;32m{p}\x1b[0m")
+            } else {
+                p.to_string()
+            }
+        };
+        let (prompt, continuation) = (
+            (prompt.clone(), styled(&prompt)),
+            (continuation.clone(), styled(&continuation)),
+        );
+        let mut pending: Vec<String> = Vec::new();
+        loop {
+            let p = if pending.is_empty() {
+                &prompt
+            } else {
+                &continuation
+            };
+            let line = match self.editor.readline(p) {
+                Ok(line) => line,
+                // Ctrl-C abandons the statement being typed, not the session.
+                Err(ReadlineError::Interrupted) => {
+                    pending.clear();
+                    self.set_pending(String::new());
+                    continue;
+                }
+                Err(ReadlineError::Eof) => return Ok(()),
+                Err(e) => return Err(e.into()),
+            };
+            if pending.is_empty() {
+                let t = line.trim();
+                if t.is_empty() || t.starts_with("--") {
+                    continue;
+                }
+                match command(t) {
+                    Some(Command::Exit) => return Ok(()),
+                    Some(Command::ToggleJson) => {
+                        self.json = !self.json;
+                        let state = if self.json { "on" } else { "off" };
+                        self.print(&render::dim(
+                            &format!("JSON answers {state}"),
+                            self.options.colour,
+                        ))?;
+                        continue;
+                    }
+                    None => {}
+                }
+            }
+            pending.push(line);
+            if helper::needs_more(&pending.join("\n")) {
+                let so_far = helper::join_lines(&pending);
+                self.set_pending(so_far);
+                continue;
+            }
+            let statement = helper::join_lines(&pending);
+            pending.clear();
+            self.set_pending(String::new());
+            if statement.is_empty() || statement == ";" {
+                continue;
+            }
+            self.remember(&statement);
+            self.execute(&statement)?;
+            let old = self
+                .editor
+                .helper()
+                .map(|h| h.vocabulary().clone())
+                .unwrap_or_default();
+            let fresh = vocabulary(self.store, &old);
+            if let Some(h) = self.editor.helper_mut() {
+                h.set_vocabulary(fresh);
+            }
+        }
+    }
+
+    /// Tells the helper what the statement's earlier lines were, for completion in context.
+    fn set_pending(&mut self, text: String) {
+        if let Some(h) = self.editor.helper_mut() {
+            h.set_pending(text);
+        }
+    }
+
+    /// Runs one statement and prints its answer (or error) and how long it took.
+    fn execute(&mut self, statement: &str) -> Result<(), ShellError> {
+        let colour = self.options.colour;
+        let started = Instant::now();
+        let result = self.session.query(statement);
+        let took = started.elapsed();
+        match result {
+            Ok(answer) if self.json => self.print(&render::json(&answer, took)),
+            Ok(answer) => {
+                self.print(&render::human(&answer, colour))?;
+                if matches!(parse(statement), Ok(Statement::Help)) {
+                    self.print(&self.shell_help())?;
+                }
+                self.print(&render::timing(took, colour))
+            }
+            Err(e) if self.json => self.print(&render::json_error(&e)),
+            Err(e) => {
+                let text = render::error(&e, colour);
+                let stderr = std::io::stderr();
+                let mut err = stderr.lock();
+                writeln!(err, "{text}")?;
+                err.flush()?;
+                Ok(())
+            }
+        }
+    }
+
+    /// The REPL's own lines, after the language's HELP.
+    fn shell_help(&self) -> String {
+        let history = match &self.options.history {
+            Some(p) => p.display().to_string(),
+            None => "off (no file)".to_string(),
+        };
+        [
+            "",
+            "shell:",
+            "  Tab             complete keywords, tags (after ON / AND / OR / EXCEPT / \"(\") and dates (after FROM / TO)",
+            "  Right arrow     accept the grey hint (hints are shown only with colour)",
+            "  \\ at line end   continue the statement on the next line (so does an open parenthesis); ; ends it",
+            "  Up / Down       history",
+            "  Ctrl-C          clear the line",
+            "  Ctrl-D, exit    leave (also quit)",
+            "  \\json           switch answers to JSON lines and back",
+            &format!("  history file    {history}"),
+        ]
+        .join("\n")
+    }
+
+    fn print(&self, text: &str) -> Result<(), ShellError> {
+        let stdout = std::io::stdout();
+        let mut out = stdout.lock();
+        writeln!(out, "{text}")?;
+        out.flush()?;
+        Ok(())
+    }
+
+    fn load_history(&mut self) {
+        let Some(path) = self.options.history.clone() else {
+            return;
+        };
+        if !path.exists() {
+            return;
+        }
+        if let Err(e) = self.editor.load_history(&path) {
+            self.history_warning(&format!("cannot read history {}: {e}", path.display()));
+        }
+    }
+
+    /// Adds the statement to the history and appends it to the file at once, so history
+    /// survives a crash or a closed terminal. A file that cannot be written costs a warning,
+    /// never the session.
+    fn remember(&mut self, statement: &str) {
+        if let Err(e) = self.editor.add_history_entry(statement) {
+            self.history_warning(&format!("history: {e}"));
+            return;
+        }
+        let Some(path) = self.options.history.clone() else {
+            return;
+        };
+        if self.history_failed {
+            return;
+        }
+        if let Err(e) = self.editor.append_history(&path) {
+            self.history_warning(&format!(
+                "cannot write history {}: {e}; history is kept for this session only",
+                path.display()
+            ));
+        }
+    }
+
+    fn history_warning(&mut self, text: &str) {
+        if self.history_failed {
+            return;
+        }
+        self.history_failed = true;
+        let stderr = std::io::stderr();
+        let mut err = stderr.lock();
+        // Nothing more can be done if even stderr is gone; the session goes on.
+        let _ = writeln!(
+            err,
+            "{}",
+            render::dim(&format!("warning: {text}"), self.options.colour)
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shell_commands() {
+        assert_eq!(command("exit"), Some(Command::Exit));
+        assert_eq!(command(" QUIT; "), Some(Command::Exit));
+        assert_eq!(command("\\q"), Some(Command::Exit));
+        assert_eq!(command("\\json"), Some(Command::ToggleJson));
+        assert_eq!(command("exits"), None);
+        assert_eq!(command("COUNT"), None);
+    }
 }
