@@ -377,3 +377,55 @@ fn accuracy_over_many_generated_streams() {
         "DISTINCT covered the truth in {covered} of {streams} streams"
     );
 }
+
+#[test]
+fn the_exact_fallback_can_be_turned_off_and_then_the_sketch_answers_alone() {
+    let dir = tempdir("nofallback");
+    let store = Store::create(&dir, config()).expect("create");
+    store.ingest_batch(&stream()).expect("ingest");
+    let q = "DISTINCT wallets ON chain:a AND chain:b";
+    // Default: Theta's interval on a 300-wallet overlap of 60,000 is too wide, so the engine
+    // scans and answers exactly.
+    let mut s = Session::with_seed(&store, 1);
+    let a = s.query(q).expect("fallback");
+    assert_eq!((a.method.as_str(), number(&a)), ("exact", 300.0), "{a}");
+    assert!(a.notes.iter().any(|n| n.starts_with("answered exactly")));
+    // Off: Theta answers, with an interval and no note about a fallback.
+    s.options.exact_fallback = false;
+    let a = s.query(q).expect("theta");
+    assert_eq!((a.method.as_str(), a.exact), ("theta", false), "{a}");
+    assert!(
+        a.lower.unwrap() <= 300.0 && 300.0 <= a.upper.unwrap(),
+        "{a}"
+    );
+    assert!(
+        a.notes.iter().all(|n| !n.contains("exact")),
+        "{:?}",
+        a.notes
+    );
+    // A Count-Min answer whose lower bound is zero stays approximate too.
+    let a = s
+        .query(&format!("COUNT {}", wallet_address(1, 40_000)))
+        .expect("countmin");
+    assert_eq!((a.method.as_str(), a.exact), ("countmin", false), "{a}");
+    assert!(number(&a) >= 1.0, "never under: {a}");
+    // SEEN "maybe" carries its false-positive rate as a number (JSON `fpr`).
+    let a = s
+        .query(&format!("SEEN {} FROM ALL", wallet_address(1, 5)))
+        .expect("seen");
+    let fpr = a.false_positive_rate.expect("a maybe carries its rate");
+    assert!(fpr > 0.0 && fpr < 0.01, "{a}");
+    let json: serde_json::Value = serde_json::from_str(&a.to_json()).expect("json");
+    // serde_json's default float parsing may differ from the written value in the last bit.
+    let parsed = json["fpr"].as_f64().expect("fpr in JSON");
+    assert!((parsed - fpr).abs() <= fpr * 1e-12, "{parsed} vs {fpr}");
+    let no = s
+        .query(&format!("SEEN {} FROM ALL", wallet_address(99, 5)))
+        .expect("seen");
+    if no.value == Value::Text("no".into()) {
+        assert!(!no.to_json().contains("\"fpr\""), "{}", no.to_json());
+    }
+    // Close the store before removing its directory: sled's final flush waits on files there.
+    drop(store);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -37,6 +37,10 @@ pub struct Answer {
     /// rate in `notes` instead).
     pub lower: Option<f64>,
     pub upper: Option<f64>,
+    /// On a `SEEN` "maybe" from a Bloom filter: the probability that a never-seen item would
+    /// also be answered "maybe" (compounded over the buckets read). Serialized as `fpr`.
+    #[serde(rename = "fpr", skip_serializing_if = "Option::is_none")]
+    pub false_positive_rate: Option<f64>,
     /// Which structure answered: hll, theta, bloom, scalable-bloom, countmin, reservoir, exact.
     pub method: String,
     pub exact: bool,
@@ -63,6 +67,7 @@ impl Answer {
             value,
             lower: None,
             upper: None,
+            false_positive_rate: None,
             method: method.into(),
             exact,
             buckets,
@@ -182,7 +187,12 @@ impl fmt::Display for Answer {
             }
             Value::Text(t) => write!(f, "{t}  ({}{buckets})", self.detail)?,
             Value::List(items) => {
-                writeln!(f, "{} rows  ({}{buckets})", items.len(), self.detail)?;
+                writeln!(
+                    f,
+                    "{} rows  ({}{buckets})",
+                    thousands(items.len() as f64),
+                    self.detail
+                )?;
                 for item in items {
                     match item {
                         serde_json::Value::String(s) => writeln!(f, "  {s}")?,

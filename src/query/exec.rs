@@ -32,6 +32,9 @@ pub struct Options {
     pub fallback_width: f64,
     /// Never scan more raw events than this for an automatic fallback.
     pub scan_budget: u64,
+    /// Whether to fall back at all. Off, every answer comes from the structure the planner
+    /// chose, with its bound (what the demo uses to show a sketch's own answer).
+    pub exact_fallback: bool,
 }
 
 impl Default for Options {
@@ -39,6 +42,7 @@ impl Default for Options {
         Options {
             fallback_width: 0.25,
             scan_budget: 50_000_000,
+            exact_fallback: true,
         }
     }
 }
@@ -179,7 +183,7 @@ impl<'s> Session<'s> {
         let super::answer::Value::Number(v) = approx.value else {
             return Ok(approx);
         };
-        if approx.exact || !self.too_wide(v, lo, hi) {
+        if approx.exact || !self.options.exact_fallback || !self.too_wide(v, lo, hi) {
             return Ok(approx);
         }
         let width = if v > 0.0 {
@@ -415,8 +419,9 @@ impl<'s> Session<'s> {
         let fpr = 1.0 - clear;
         let method = plan.method.name();
         let mut a = if maybe {
-            Answer::text(Kind::Seen, "maybe", method, false, buckets)
-                .with_detail(format!("{method}, false-positive rate {}", percent(fpr)))
+            let mut a = Answer::text(Kind::Seen, "maybe", method, false, buckets);
+            a.false_positive_rate = Some(fpr);
+            a.with_detail(format!("{method}, false-positive rate {}", percent(fpr)))
                 .note(format!(
                     "'maybe': an item never seen would also be reported so with probability {}{}",
                     percent(fpr),

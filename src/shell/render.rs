@@ -136,6 +136,7 @@ mod tests {
             value,
             lower: Some(98_880.0),
             upper: Some(102_150.0),
+            false_positive_rate: None,
             method: "hll".into(),
             exact,
             buckets: 1,
