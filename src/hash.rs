@@ -172,7 +172,7 @@ pub fn next_prime(n: u64) -> u64 {
     if n <= 2 {
         return 2;
     }
-    let mut candidate = if n % 2 == 0 { n + 1 } else { n };
+    let mut candidate = if n.is_multiple_of(2) { n + 1 } else { n };
     loop {
         if is_odd_prime(candidate) {
             return candidate;
@@ -187,7 +187,7 @@ fn is_odd_prime(n: u64) -> bool {
     }
     let mut d = 3;
     while d * d <= n {
-        if n % d == 0 {
+        if n.is_multiple_of(d) {
             return false;
         }
         d += 2;

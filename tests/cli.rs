@@ -448,3 +448,87 @@ fn help_has_an_example_for_every_command_and_gen_is_deterministic() {
     let out = child.wait_with_output().expect("wait");
     assert!(out.status.success(), "{}", stderr_of(&out));
 }
+
+#[test]
+fn demo_builds_its_store_reports_against_the_truth_and_guards_other_directories() {
+    let dir = tempdir("demo");
+    let db = dir.join("demo.db");
+    let db_arg = db.to_string_lossy().into_owned();
+    // Scale 0.02: two-chains has 100,000 wallets a chain, 200 on both (streams A and B are
+    // always full size).
+    let report = ok(&["--db", &db_arg, "demo", "--scale", "0.02"]);
+    for heading in [
+        "1. How many distinct wallets?",
+        "2. Why not count the wallets in a sample and scale up?",
+        "3. Have we seen wallet X?",
+        "4. How often does wallet X transact?",
+        "5. How many wallets used both chains?",
+        "6. What if slightly wrong is not good enough?",
+        "Summary",
+    ] {
+        assert!(
+            report.contains(heading),
+            "missing '{heading}' in:\n{report}"
+        );
+    }
+    // The counter-examples are shown and marked, and the engine's own answer is exact.
+    assert!(
+        report.contains("The sample ranks the streams backwards"),
+        "{report}"
+    );
+    assert!(report.contains("|a| + |b| − |a ∪ b| = "), "{report}");
+    let both = report
+        .lines()
+        .find(|l| l.trim_start().starts_with("wallets on both chains  "))
+        .unwrap_or_else(|| panic!("no exact intersection row in:\n{report}"));
+    assert!(
+        both.contains("exact") && both.contains("✓ exact"),
+        "the intersection must be answered exactly: {both}"
+    );
+    assert_eq!(
+        both.matches(" 200 ").count(),
+        2,
+        "answer and truth are both 200: {both}"
+    );
+    assert!(
+        report.contains("sketchdb's 22 answers") || report.contains("All 22 of sketchdb's answers"),
+        "{report}"
+    );
+
+    // The store stays and answers queries; a second run replaces it in place.
+    let count = query_json(&db, "COUNT FROM ALL");
+    assert_eq!(num(&count, "value"), 2_200_000.0);
+    assert!(db.join("sketchdb-demo").is_file());
+    ok(&["--db", &db_arg, "demo", "--scale", "0.02"]);
+    assert_eq!(
+        num(&query_json(&db, "COUNT FROM ALL"), "value"),
+        2_200_000.0
+    );
+
+    // A directory the demo did not make is never touched.
+    let precious = dir.join("precious");
+    std::fs::create_dir_all(&precious).expect("mkdir");
+    std::fs::write(precious.join("notes.txt"), "keep").expect("write");
+    let out = run(&[
+        "--db",
+        &precious.to_string_lossy(),
+        "demo",
+        "--scale",
+        "0.02",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr_of(&out);
+    assert!(err.contains("is not a demo store"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert_eq!(
+        std::fs::read_to_string(precious.join("notes.txt"))
+            .ok()
+            .as_deref(),
+        Some("keep")
+    );
+    assert_eq!(
+        std::fs::read_dir(&precious).map(|d| d.count()).ok(),
+        Some(1)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -37,7 +37,7 @@ fn batch(b: u64) -> Vec<Event> {
     (0..BATCH)
         .map(|i| {
             let n = b * BATCH + i;
-            let chain = if n % 3 == 0 { "b" } else { "a" };
+            let chain = if n.is_multiple_of(3) { "b" } else { "a" };
             // Spread over 5 days, with repeats so Count-Min and Top-K see heavy hitters.
             Event::new(
                 T0 + ((n * 7_919) % (5 * 86_400)) as i64 * 1_000,

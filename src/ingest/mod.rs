@@ -145,6 +145,8 @@ pub struct Progress {
     pub lines: u64,
     pub events: u64,
     pub skipped: u64,
+    /// The input is read and checked; what remains is the commit (one atomic, synced write).
+    pub committing: bool,
 }
 
 /// What an ingest did.
@@ -286,6 +288,7 @@ pub fn ingest(
                         report.lines = lines;
                         report.skipped = skipped;
                         report.bytes = bytes.load(Ordering::Relaxed);
+                        report.committing = true;
                         progress(&report);
                         return Ok(Summary {
                             events: import.events(),
