@@ -176,8 +176,14 @@ impl BloomFilter {
     /// A hint only: it changes nothing and may do nothing.
     #[inline]
     pub fn prefetch(&self, sha: &ShaWords) {
+        self.prefetch_probes(sha, self.k as usize);
+    }
+
+    /// [`BloomFilter::prefetch`] for the first `n` probes only.
+    #[inline]
+    pub fn prefetch_probes(&self, sha: &ShaWords, n: usize) {
         #[cfg(target_arch = "x86_64")]
-        for p in self.m.positions(sha).take(self.k as usize) {
+        for p in self.m.positions(sha).take(n.min(self.k as usize)) {
             let byte = &self.bits[(p >> 3) as usize];
             // SAFETY: `_mm_prefetch` never dereferences its argument (it is a hint that cannot
             // fault), and the pointer comes from a live reference into `self.bits` anyway; SSE
@@ -189,7 +195,18 @@ impl BloomFilter {
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
-        let _ = sha;
+        let _ = (sha, n);
+    }
+
+    /// [`BloomFilter::contains`], stopping at the first clear bit: for a filter that is mostly
+    /// asked about items it does not hold, the expected number of probes is about 1/(1 - fill)
+    /// instead of k, which wins once the probes' cache lines are not all prefetched.
+    #[inline]
+    pub fn contains_early_exit(&self, sha: &ShaWords) -> bool {
+        self.m
+            .positions(sha)
+            .take(self.k as usize)
+            .all(|p| self.bits[(p >> 3) as usize] & (1u8 << (p & 7)) != 0)
     }
 
     /// `false`: certainly never inserted. `true`: maybe (see [`BloomFilter::predicted_fpr`]).
@@ -350,7 +367,9 @@ impl ScalableBloom {
             Some(split) => split,
             None => return false,
         };
-        if older.iter().any(|l| l.contains(sha)) {
+        // Older layers are full, so a new item usually fails on the first probe or two: stop
+        // there (see `prefetch`).
+        if older.iter().any(|l| l.contains_early_exit(sha)) {
             return false;
         }
         // While the last layer has room, inserting into it directly is "contains, else add" in
@@ -380,11 +399,18 @@ impl ScalableBloom {
         }
     }
 
-    /// Starts loading the cache lines every layer's probes will touch (a hint; see
-    /// [`BloomFilter::prefetch`]).
+    /// Starts loading the cache lines an insert will touch (a hint; see
+    /// [`BloomFilter::prefetch`]): every probe of the newest layer, and the first two of each
+    /// older one, where an item not yet held usually finds a clear bit. Prefetching all probes
+    /// of all layers (about 35 lines an item with four layers) kept the memory system busy with
+    /// lines the early exit never reads: 10M distinct inserts from a 1M first layer took a
+    /// median 198 ns each that way and 174 ns this way (six interleaved runs on the 2-core VM).
     pub fn prefetch(&self, sha: &ShaWords) {
-        for layer in &self.layers {
-            layer.prefetch(sha);
+        if let Some((newest, older)) = self.layers.split_last() {
+            for layer in older {
+                layer.prefetch_probes(sha, 2);
+            }
+            newest.prefetch(sha);
         }
     }
 
