@@ -40,7 +40,11 @@ fn fresh_dir(name: &str) -> PathBuf {
 
 /// Bytes of values under one key prefix, read back through sled.
 fn bytes_under(dir: &Path, prefix: &[u8]) -> (u64, u64) {
-    let db = sled::open(dir).expect("raw open");
+    let db = sled::Config::new()
+        .path(dir)
+        .segment_size(sketchdb::store::SEGMENT_BYTES)
+        .open()
+        .expect("raw open");
     let mut bytes = 0u64;
     let mut n = 0u64;
     for entry in db.scan_prefix(prefix) {

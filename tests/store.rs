@@ -170,7 +170,11 @@ fn opening_errors_name_the_path_and_never_create_an_empty_store() {
 
     // A future format version is refused, not misread.
     {
-        let db = sled::open(&dir).expect("raw");
+        let db = sled::Config::new()
+            .path(&dir)
+            .segment_size(sketchdb::store::SEGMENT_BYTES)
+            .open()
+            .expect("raw");
         let blob = sketchdb::codec::encode(sketchdb::store::META_KIND, &99u32).expect("encode");
         db.insert(keys::meta("format"), blob).expect("insert");
         db.flush().expect("flush");
@@ -222,7 +226,11 @@ fn a_damaged_sketch_is_named_and_the_rest_stays_usable() {
         store.flush().expect("flush");
     }
     {
-        let db = sled::open(&dir).expect("raw");
+        let db = sled::Config::new()
+            .path(&dir)
+            .segment_size(sketchdb::store::SEGMENT_BYTES)
+            .open()
+            .expect("raw");
         // Tag 1 is chain:a (first seen); damage its HLL of the second day.
         let key = keys::sketch(keys::Part::Hll, 1, T0 + DAY);
         let mut v = db.get(key).expect("get").expect("present").to_vec();

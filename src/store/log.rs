@@ -1,7 +1,8 @@
 //! The raw event log: compact blocks (events one after another, each field varint- or
 //! dictionary-coded) that are both the write-ahead log and the source of exact answers.
 //!
-//! A block holds up to [`BLOCK_EVENTS`] consecutive events (by sequence number). Per event:
+//! A block holds up to [`BLOCK_EVENTS`] consecutive events (by sequence number), and is sealed
+//! earlier if they reach [`BLOCK_BYTES`]. Per event:
 //! the time as a zig-zag varint delta from the previous event (the first from 0); the item as a back-reference into
 //! the block's own dictionary of items, or a literal (a `0x` + 40-lower-case-hex wallet as its 20
 //! bytes, anything else as length + bytes); the tag ids as varints (the store's tag dictionary
@@ -19,6 +20,11 @@ use crate::codec::{self, CodecError};
 /// the partial block it has as a block of its own (blocks are never rewritten), so frequent
 /// small flushes make many small blocks.
 pub const BLOCK_EVENTS: usize = 4096;
+/// A block is also sealed once its events take this many bytes, so that a block, and a sled
+/// tree node of up to 17 of them, stays below the size sled would move out to an unsynced file
+/// of its own (see `store::SEGMENT_BYTES`). Wallet events take about 27–41 bytes, so the event
+/// count decides for them; long items or large extra fields hit this bound first.
+pub const BLOCK_BYTES: usize = 192 << 10;
 /// The blob kind of a log block in the codec frame.
 pub const BLOCK_KIND: u8 = 0x41;
 /// Tag values one event may carry.
@@ -185,6 +191,11 @@ impl BlockBuilder {
 
     pub fn len(&self) -> usize {
         self.count as usize
+    }
+
+    /// Whether the block should be sealed: [`BLOCK_EVENTS`] events or [`BLOCK_BYTES`] bytes.
+    pub fn is_full(&self) -> bool {
+        self.count as usize >= BLOCK_EVENTS || self.body.len() >= BLOCK_BYTES
     }
 
     pub fn is_empty(&self) -> bool {
