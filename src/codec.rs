@@ -65,14 +65,22 @@ pub fn encode<T: Serialize>(kind: u8, value: &T) -> Result<Vec<u8>, CodecError> 
 /// Frames bytes the caller encoded itself (the event log's columnar blocks), with the same
 /// header and checksum as [`encode`].
 pub fn frame(kind: u8, payload: &[u8]) -> Result<Vec<u8>, CodecError> {
-    let payload_len = u32::try_from(payload.len())
-        .map_err(|_| CodecError::Serialize("payload over 4 GiB".into()))?;
-    let mut out = Vec::with_capacity(HEADER_LEN + payload.len() + TRAILER_LEN);
+    frame_parts(kind, &[payload])
+}
+
+/// [`frame`] of the concatenation of `parts`, without building the concatenation first.
+pub fn frame_parts(kind: u8, parts: &[&[u8]]) -> Result<Vec<u8>, CodecError> {
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    let payload_len =
+        u32::try_from(len).map_err(|_| CodecError::Serialize("payload over 4 GiB".into()))?;
+    let mut out = Vec::with_capacity(HEADER_LEN + len + TRAILER_LEN);
     out.extend_from_slice(&MAGIC);
     out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
     out.push(kind);
     out.extend_from_slice(&payload_len.to_le_bytes());
-    out.extend_from_slice(payload);
+    for p in parts {
+        out.extend_from_slice(p);
+    }
     let crc = crc32fast::hash(&out);
     out.extend_from_slice(&crc.to_le_bytes());
     Ok(out)

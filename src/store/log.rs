@@ -193,6 +193,20 @@ impl BlockBuilder {
         self.count as usize
     }
 
+    /// Empties the builder for a new block starting at `first_seq`, keeping its buffers: a fresh
+    /// dictionary of 4,096 items is a few hundred KB that the allocator would map and the kernel
+    /// zero for every block (9% of an import's store thread in the profile).
+    pub fn reset(&mut self, first_seq: u64) {
+        self.first_seq = first_seq;
+        self.count = 0;
+        self.min_time = i64::MAX;
+        self.max_time = i64::MIN;
+        self.prev_time = 0;
+        self.body.clear();
+        self.dictionary.clear();
+        self.next_index = 0;
+    }
+
     /// Whether the block should be sealed: [`BLOCK_EVENTS`] events or [`BLOCK_BYTES`] bytes.
     pub fn is_full(&self) -> bool {
         self.count as usize >= BLOCK_EVENTS || self.body.len() >= BLOCK_BYTES
@@ -268,13 +282,15 @@ impl BlockBuilder {
             min_time: if self.count == 0 { 0 } else { self.min_time },
             max_time: if self.count == 0 { 0 } else { self.max_time },
         };
-        let mut payload = Vec::with_capacity(self.body.len() + 28);
-        payload.extend_from_slice(&info.first_seq.to_le_bytes());
-        payload.extend_from_slice(&info.count.to_le_bytes());
-        payload.extend_from_slice(&info.min_time.to_le_bytes());
-        payload.extend_from_slice(&info.max_time.to_le_bytes());
-        payload.extend_from_slice(&self.body);
-        Ok((codec::frame(BLOCK_KIND, &payload)?, info))
+        let mut header = [0u8; 28];
+        header[..8].copy_from_slice(&info.first_seq.to_le_bytes());
+        header[8..12].copy_from_slice(&info.count.to_le_bytes());
+        header[12..20].copy_from_slice(&info.min_time.to_le_bytes());
+        header[20..].copy_from_slice(&info.max_time.to_le_bytes());
+        Ok((
+            codec::frame_parts(BLOCK_KIND, &[&header, &self.body])?,
+            info,
+        ))
     }
 }
 

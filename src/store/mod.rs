@@ -922,8 +922,7 @@ impl Store {
                 &event.extra,
             );
             if st.open_block.is_full() {
-                st.seal_block();
-                self.write_sealed_early(st);
+                self.write_full_block(st);
             }
         }
         st.all_time_pos = st.next_seq;
@@ -940,24 +939,26 @@ impl Store {
         Ok(())
     }
 
-    /// Writes the block just sealed under its `L` key now, so a long ingest streams its log to
-    /// disk instead of holding it for one huge batch (measured: 10M events ingest in 8.4 s
-    /// instead of 14 s, and memory stays flat). Its `I` entry, which makes it part of the log,
-    /// goes in the next flush or checkpoint batch. If the write fails the block stays sealed in
-    /// memory and that batch writes it whole, reporting any error there.
-    fn write_sealed_early(&self, st: &mut State) {
-        let Some(block) = st.sealed.pop() else {
-            return;
-        };
-        let written = block.finish().ok().and_then(|(blob, info)| {
+    /// Writes the full open block under its `L` key now and starts the next one in the same
+    /// builder, so a long ingest streams its log to disk instead of holding it for one huge
+    /// batch (10M events ingested in 8.7–10 s instead of 14 s, with flat memory). Its `I`
+    /// entry, which makes it part of the log, goes in the next flush or checkpoint batch. If the
+    /// write fails, the block is sealed in memory instead and that batch writes it whole,
+    /// reporting any error there.
+    fn write_full_block(&self, st: &mut State) {
+        let written = st.open_block.finish().ok().and_then(|(blob, info)| {
             self.db
                 .insert(keys::log(info.first_seq), blob)
                 .ok()
                 .map(|_| info)
         });
         match written {
-            Some(info) => st.unindexed.push(info),
-            None => st.sealed.push(block),
+            Some(info) => {
+                st.unindexed.push(info);
+                let next = st.next_seq;
+                st.open_block.reset(next);
+            }
+            None => st.seal_block(),
         }
     }
 
