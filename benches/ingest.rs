@@ -63,6 +63,45 @@ fn main() {
         );
     });
 
+    // The peer, in the same run: what a Rust service would write by hand with the peer crates
+    // on one thread. serde_json into a struct, then a Bloom filter (bloomfilter, 1M at 1%) and
+    // a HyperLogLog (hyperloglogplus PF, p = 14) per line: one filter and one counter in memory,
+    // against our two sketch sets of five families, the all-time filter, the log and the
+    // commit to disk.
+    g.throughput(Throughput::Elements(lines));
+    g.bench_function("peer_serde_bloomfilter_hyperloglogplus_10M", |b| {
+        b.iter(|| {
+            #[derive(serde::Deserialize)]
+            struct Line<'a> {
+                #[allow(dead_code)]
+                time: &'a str,
+                wallet: &'a str,
+                #[allow(dead_code)]
+                chain: &'a str,
+            }
+            let mut bloom: bloomfilter::Bloom<str> =
+                bloomfilter::Bloom::new_for_fp_rate(1_000_000, 0.01).expect("size");
+            let mut hll: hyperloglogplus::HyperLogLogPF<str, std::hash::RandomState> =
+                hyperloglogplus::HyperLogLogPF::new(14, std::hash::RandomState::new()).expect("p");
+            let f = std::fs::File::open(&file).expect("open the input file");
+            let mut r = std::io::BufReader::with_capacity(1 << 20, f);
+            let mut line = Vec::with_capacity(256);
+            let mut n = 0u64;
+            loop {
+                line.clear();
+                if r.read_until(b'\n', &mut line).expect("read") == 0 {
+                    break;
+                }
+                let l: Line<'_> = serde_json::from_slice(&line).expect("valid");
+                bloom.set(l.wallet);
+                hyperloglogplus::HyperLogLog::insert(&mut hll, l.wallet);
+                n += 1;
+            }
+            assert_eq!(n, lines);
+            (bloom, hll)
+        });
+    });
+
     // The parser alone, on this thread: what one core does before the store sees an event.
     let mapping = Mapping::for_config(&Config::default());
     let text: Vec<u8> = {
