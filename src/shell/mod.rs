@@ -3,7 +3,7 @@
 //! It owns the conversation with a person at a terminal: the prompt, line editing with
 //! completion and hints ([`helper`]), continuation lines, persistent history, shell commands
 //! (`exit`, `quit`, `\json`) and printing ([`render`]). It drives one
-//! [`Session`](crate::query::Session) for the whole session, so `SET NOW` persists, and prints
+//! [`Session`] for the whole session, so `SET NOW` persists, and prints
 //! the [`Answer`](crate::query::Answer)s it returns. It must not decide an answer: every
 //! statement goes to the query layer as typed (continuation lines joined), and nothing here
 //! reads sketches.
