@@ -223,7 +223,7 @@ bound and method, and the truth, with a verdict computed from the two.",
     }
 
     /// Asks `PROBES` never-seen wallets and compares the "maybe" rate with the stated one.
-    fn probe(&mut self, range: &str, stated: f64, label: &str) -> Result<()> {
+    fn probe(&mut self, range: &str, (stated, method): (f64, String), label: &str) -> Result<()> {
         let mut maybes = 0u64;
         for i in 1..=PROBES {
             let q = format!("SEEN {} {range}", never_seen(i));
@@ -251,7 +251,7 @@ bound and method, and the truth, with a verdict computed from the two.",
         self.record(
             Finding {
                 question: format!("false 'maybe' rate, {label}"),
-                method: "bloom".into(),
+                method,
                 answer: pct(maybes as f64 / n),
                 truth: format!("{} stated", pct(stated)),
                 verdict,
@@ -267,8 +267,9 @@ bound and method, and the truth, with a verdict computed from the two.",
     }
 
     /// Asks SEEN about a wallet that did transact: "maybe" is right, "no" would be a false
-    /// negative, which a Bloom filter never gives. Returns the stated false-positive rate.
-    fn seen_present(&mut self, question: &str, statement: &str) -> Result<f64> {
+    /// negative, which a Bloom filter never gives. Returns the stated false-positive rate and
+    /// the structure that answered.
+    fn seen_present(&mut self, question: &str, statement: &str) -> Result<(f64, String)> {
         let a = self.ask(statement, 0)?;
         let maybe = a.value == Value::Text("maybe".into());
         self.record(
@@ -285,7 +286,7 @@ bound and method, and the truth, with a verdict computed from the two.",
             },
             "yes (it did transact; a Bloom filter never says \"no\" to a wallet it holds)".into(),
         )?;
-        Ok(a.false_positive_rate.unwrap_or(0.0))
+        Ok((a.false_positive_rate.unwrap_or(0.0), a.method))
     }
 
     /// Bloom filters: "no" is certain, "maybe" carries its false-positive rate.
