@@ -97,13 +97,15 @@ impl Columns {
         }
         event.item.clear();
         event.item.push_str(item);
-        event.tags.clear();
+        let mut tags = 0;
         for (store_field, c) in &self.tags {
             let v = text(*c, store_field)?;
             if !v.is_empty() {
-                event.tags.push((store_field.clone(), v.to_string()));
+                super::set_tag(&mut event.tags, tags, store_field, v);
+                tags += 1;
             }
         }
+        event.tags.truncate(tags);
         event.extra.clear();
         for (name, c) in &self.extra {
             let v = text(*c, name.trim_matches('"'))?;
@@ -148,6 +150,13 @@ mod tests {
         assert_eq!(e.item, "0xab");
         assert_eq!(e.tags, vec![("chain".to_string(), "a".to_string())]);
         assert_eq!(e.extra, r#"{"fee":"1.5"}"#);
+        // The same (recycled) event for a row with an empty tag keeps no tag of the last row.
+        let rec = ::csv::ByteRecord::from(vec!["1764547201", "0xcd", "", "2"]);
+        cols.parse(&rec, 3, &map(), &mut e).expect("row");
+        assert_eq!((e.item.as_str(), e.tags.len()), ("0xcd", 0));
+        let rec = ::csv::ByteRecord::from(vec!["1764547202", "0xef", "b", "3"]);
+        cols.parse(&rec, 4, &map(), &mut e).expect("row");
+        assert_eq!(e.tags, vec![("chain".to_string(), "b".to_string())]);
     }
 
     #[test]

@@ -23,14 +23,16 @@ pub fn parse_line(
         problem: None,
         time: None,
         item: None,
+        tags: 0,
         event,
     };
-    ctx.event.tags.clear();
     ctx.event.extra.clear();
     let mut de = serde_json::Deserializer::from_slice(line);
     let parsed = de
         .deserialize_map(LineVisitor { ctx: &mut ctx })
         .and_then(|()| de.end());
+    let tags = ctx.tags;
+    ctx.event.tags.truncate(tags);
     if let Err(e) = parsed {
         let (field, reason) = match ctx.problem.take() {
             Some(p) => (ctx.field.take(), p),
@@ -83,6 +85,8 @@ struct Ctx<'a> {
     time: Option<i64>,
     /// Whether the item was present and non-empty.
     item: Option<bool>,
+    /// Tags set so far: the first `tags` of `event.tags` (the rest are a recycled event's).
+    tags: usize,
     event: &'a mut Event,
 }
 
@@ -148,10 +152,12 @@ impl<'de> Visitor<'de> for LineVisitor<'_, '_> {
                 match m.next_value::<Scalar<'de>>()? {
                     // An empty or null tag is no tag: the event still counts in the whole stream.
                     Scalar::Text(s) if !s.is_empty() => {
-                        if ctx.event.tags.iter().any(|(f, _)| f == store_field) {
+                        let set = &ctx.event.tags[..ctx.tags.min(ctx.event.tags.len())];
+                        if set.iter().any(|(f, _)| f == store_field) {
                             return Err(ctx.fail(&key, "appears twice".into()));
                         }
-                        ctx.event.tags.push((store_field.clone(), s.into_owned()));
+                        super::set_tag(&mut ctx.event.tags, ctx.tags, store_field, &s);
+                        ctx.tags += 1;
                     }
                     Scalar::Text(_) | Scalar::Null => {}
                     Scalar::Other(kind) => {
@@ -301,6 +307,31 @@ mod tests {
     fn parse(line: &str) -> Result<Event, BadLine> {
         let mut e = Event::new(0, "", &[]);
         parse_line(line.as_bytes(), 7, &map(), &mut e).map(|()| e)
+    }
+
+    #[test]
+    fn a_recycled_event_keeps_nothing_of_its_last_line() {
+        let two_tags = Mapping {
+            tags: vec![
+                ("chain".into(), "chain".into()),
+                ("kind".into(), "kind".into()),
+            ],
+            ..map()
+        };
+        let mut e = Event::new(0, "", &[]);
+        let mut read =
+            |line: &str| parse_line(line.as_bytes(), 1, &two_tags, &mut e).map(|()| e.clone());
+        let first =
+            read(r#"{"time":1,"wallet":"0xa","chain":"a","kind":"bot","fee":1}"#).expect("valid");
+        assert_eq!(first.tags.len(), 2);
+        let second = read(r#"{"time":2,"wallet":"0xb","kind":"user"}"#).expect("valid");
+        assert_eq!(second.tags, vec![("kind".to_string(), "user".to_string())]);
+        assert_eq!(second.extra, "");
+        let third = read(r#"{"time":3,"wallet":"0xc"}"#).expect("valid");
+        assert!(third.tags.is_empty(), "{:?}", third.tags);
+        // A tag repeated on one line is still caught with recycled slots around.
+        let bad = read(r#"{"time":4,"wallet":"0xd","chain":"a","chain":"b"}"#).expect_err("twice");
+        assert_eq!(bad.field.as_deref(), Some("chain"));
     }
 
     #[test]

@@ -187,6 +187,20 @@ enum Msg {
     },
 }
 
+/// Sets tag `n` of a recycled event to `(field, value)`, reusing the strings already there: a
+/// fresh pair of `String`s per tag per line was a malloc and a free each on the parser thread.
+fn set_tag(tags: &mut Vec<(String, String)>, n: usize, field: &str, value: &str) {
+    match tags.get_mut(n) {
+        Some((f, v)) => {
+            f.clear();
+            f.push_str(field);
+            v.clear();
+            v.push_str(value);
+        }
+        None => tags.push((field.to_string(), value.to_string())),
+    }
+}
+
 /// Counts the bytes read through it, for progress.
 struct Counting<R> {
     inner: R,
