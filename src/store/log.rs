@@ -169,13 +169,18 @@ impl BlockInfo {
         self.first_seq + u64::from(self.count)
     }
 
+    /// The four fields, little-endian: both the index entry's payload and a block's header.
+    fn header(&self) -> [u8; 28] {
+        let mut h = [0u8; 28];
+        h[..8].copy_from_slice(&self.first_seq.to_le_bytes());
+        h[8..12].copy_from_slice(&self.count.to_le_bytes());
+        h[12..20].copy_from_slice(&self.min_time.to_le_bytes());
+        h[20..].copy_from_slice(&self.max_time.to_le_bytes());
+        h
+    }
+
     pub fn encode(&self) -> Result<Vec<u8>, CodecError> {
-        let mut p = Vec::with_capacity(28);
-        p.extend_from_slice(&self.first_seq.to_le_bytes());
-        p.extend_from_slice(&self.count.to_le_bytes());
-        p.extend_from_slice(&self.min_time.to_le_bytes());
-        p.extend_from_slice(&self.max_time.to_le_bytes());
-        codec::frame(BLOCK_KIND + 1, &p)
+        codec::frame(BLOCK_KIND + 1, &self.header())
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Self, String> {
@@ -282,10 +287,10 @@ impl BlockBuilder {
             ((fingerprint >> 32) as usize) & (DICTIONARY_SLOTS - 1),
         ];
         // A sealed builder has no dictionary; it takes no more events, but stay safe anyway.
-        let slot_of = |at: usize| self.dictionary.get(at).copied().unwrap_or_default();
+        let slots = candidates.map(|at| self.dictionary.get(at).copied().unwrap_or_default());
         let live = |slot: &Slot| slot.generation == self.generation;
-        let known = candidates.iter().map(|&at| slot_of(at)).find_map(|slot| {
-            (live(&slot)
+        let known = slots.iter().find_map(|slot| {
+            (live(slot)
                 && slot.fingerprint == fingerprint
                 && slot.form == form
                 && self
@@ -296,7 +301,7 @@ impl BlockBuilder {
         });
         // Where a new literal goes: a free candidate, else the second (the first keeps the
         // older item).
-        let slot_at = if live(&slot_of(candidates[0])) {
+        let slot_at = if live(&slots[0]) {
             candidates[1]
         } else {
             candidates[0]
@@ -354,13 +359,8 @@ impl BlockBuilder {
             min_time: if self.count == 0 { 0 } else { self.min_time },
             max_time: if self.count == 0 { 0 } else { self.max_time },
         };
-        let mut header = [0u8; 28];
-        header[..8].copy_from_slice(&info.first_seq.to_le_bytes());
-        header[8..12].copy_from_slice(&info.count.to_le_bytes());
-        header[12..20].copy_from_slice(&info.min_time.to_le_bytes());
-        header[20..].copy_from_slice(&info.max_time.to_le_bytes());
         Ok((
-            codec::frame_parts(BLOCK_KIND, &[&header, &self.body])?,
+            codec::frame_parts(BLOCK_KIND, &[&info.header(), &self.body])?,
             info,
         ))
     }

@@ -965,17 +965,17 @@ impl Store {
     /// Removes `L` blocks at or after `next_seq`: blocks written early whose `I` entries never
     /// came (an import rolled back, or a crash before the flush that would have indexed them).
     /// Indexed blocks all end at or before `next_seq`, so none of them is touched.
-    fn remove_orphan_blocks(path: &Path, db: &sled::Db, next_seq: u64) -> Result<usize> {
+    fn remove_orphan_blocks(path: &Path, db: &sled::Db, next_seq: u64) -> Result<()> {
         let mut batch = sled::Batch::default();
-        let mut removed = 0;
+        let mut any = false;
         for key in db.range(keys::log(next_seq)..=keys::log(u64::MAX)).keys() {
             batch.remove(key.map_err(engine(path))?);
-            removed += 1;
+            any = true;
         }
-        if removed > 0 {
+        if any {
             db.apply_batch(batch).map_err(engine(path))?;
         }
-        Ok(removed)
+        Ok(())
     }
 
     fn memory_in_use(&self, st: &State) -> usize {
