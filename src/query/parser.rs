@@ -3,6 +3,12 @@
 //! nom recognises the tokens (words, numbers, quoted strings, dates); the structure is plain
 //! recursive descent so each failure can say, at a byte offset, what it found and what it
 //! expected, and suggest the keyword a misspelling was probably meant to be.
+//!
+//! No text may exhaust the stack or the clock: recursion happens only where the statement nests
+//! (a parenthesised group, `EXACT`, `EXPLAIN`), and a counter refuses nesting deeper than
+//! [`MAX_DEPTH`], like sqlparser-rs's recursion limit; chains of one operator are read in a loop
+//! into one n-ary node, so their length costs time in proportion and no stack at all; and a
+//! statement longer than [`MAX_STATEMENT_BYTES`] is refused before it is read.
 
 use super::ast::{Date, Range, SetExpr, Statement, Unit};
 use nom::bytes::complete::{tag, take_while, take_while1};
@@ -80,6 +86,20 @@ pub fn is_keyword(word: &str) -> bool {
 /// The largest number accepted for `TOP`, `SAMPLE` and `LAST`.
 pub const MAX_NUMBER: u64 = 1_000_000_000;
 
+/// How deeply a statement may nest: each `(` (so each `NOT (`) and each `EXACT` or `EXPLAIN`
+/// opens a level. Far beyond any query a person writes, and low enough that parsing, planning,
+/// printing and dropping a statement this deep fits a 256 KiB thread stack.
+pub const MAX_DEPTH: usize = 64;
+
+/// The longest statement accepted, in bytes (256 KiB): an `OR` of a few thousand 40-hex-digit
+/// tag values fits; the work a set expression costs grows in proportion to its length, so this
+/// bounds it.
+pub const MAX_STATEMENT_BYTES: usize = 256 * 1024;
+
+/// The longest offending word quoted whole in an error; longer ones are cut, so an error about
+/// a 100 KB word stays one readable line.
+const MAX_FOUND_CHARS: usize = 40;
+
 type R<'a, T> = IResult<&'a str, T>;
 
 fn word_char(c: char) -> bool {
@@ -129,6 +149,12 @@ fn levenshtein(a: &str, b: &str) -> usize {
 
 /// The closest of `options` to `word`, if it is close enough to be a likely misspelling.
 fn suggest(word: &str, options: &[&str]) -> Option<String> {
+    // Only a word within two letters of a keyword's length can be within distance two, so a
+    // long word costs no edit-distance table.
+    let longest = options.iter().map(|o| o.len()).max().unwrap_or(0);
+    if word.len() > 4 * (longest + 2) || word.chars().count() > longest + 2 {
+        return None;
+    }
     let upper = word.to_ascii_uppercase();
     options
         .iter()
@@ -138,9 +164,23 @@ fn suggest(word: &str, options: &[&str]) -> Option<String> {
         .map(|(_, o)| o.to_string())
 }
 
+/// `word`, or its first [`MAX_FOUND_CHARS`] characters and its length, quoted or not.
+fn clip(word: &str, quote: &str) -> String {
+    match word.char_indices().nth(MAX_FOUND_CHARS) {
+        Some((cut, _)) => format!("{quote}{}…{quote} ({} bytes)", &word[..cut], word.len()),
+        None => format!("{quote}{word}{quote}"),
+    }
+}
+
+fn quote_found(word: &str) -> String {
+    clip(word, "'")
+}
+
 struct Parser<'a> {
     src: &'a str,
     pos: usize,
+    /// Levels of nesting open at `pos` (see [`MAX_DEPTH`]).
+    depth: usize,
 }
 
 impl<'a> Parser<'a> {
@@ -160,7 +200,7 @@ impl<'a> Parser<'a> {
 
     fn found(&self) -> String {
         match bare_word(self.rest()) {
-            Ok((_, w)) => format!("'{w}'"),
+            Ok((_, w)) => quote_found(w),
             Err(_) => match self.rest().chars().next() {
                 Some(c) => format!("'{c}'"),
                 None => "the end of the statement".to_string(),
@@ -223,7 +263,7 @@ impl<'a> Parser<'a> {
         if n == 0 || n > MAX_NUMBER {
             return Err(self.error_at(
                 start,
-                digits.to_string(),
+                clip(digits, ""),
                 format!("{what} between 1 and {MAX_NUMBER}"),
                 None,
             ));
@@ -268,7 +308,7 @@ impl<'a> Parser<'a> {
         let bad = |p: &Self, why: &str| {
             p.error_at(
                 start,
-                format!("'{word}'"),
+                quote_found(word),
                 format!("a date YYYY-MM-DD or YYYY-MM-DDTHH{why}"),
                 None,
             )
@@ -356,28 +396,62 @@ impl<'a> Parser<'a> {
         Ok(Range::Between { from, to })
     }
 
-    fn set(&mut self) -> Result<SetExpr, SyntaxError> {
-        let mut left = self.set_and()?;
-        while self.keyword("OR") {
-            let right = self.set_and()?;
-            left = SetExpr::Or(Box::new(left), Box::new(right));
+    /// Opens a level of nesting at `at` (the byte of the `(`, `EXACT` or `EXPLAIN`), or refuses.
+    fn enter(&mut self, at: usize, what: &str) -> Result<(), SyntaxError> {
+        if self.depth >= MAX_DEPTH {
+            return Err(self.error_at(
+                at,
+                format!("{what} opening level {} of nesting", self.depth + 1),
+                format!(
+                    "at most {MAX_DEPTH} levels of nesting (each '(' and each EXACT or EXPLAIN opens one)"
+                ),
+                None,
+            ));
         }
-        Ok(left)
+        self.depth += 1;
+        Ok(())
     }
 
-    fn set_and(&mut self) -> Result<SetExpr, SyntaxError> {
-        let mut left = self.set_unary()?;
+    /// `and_expr { OR and_expr }`, as one `Or` of all the operands.
+    fn set(&mut self) -> Result<SetExpr, SyntaxError> {
+        let first = self.set_and()?;
+        if !self.keyword("OR") {
+            return Ok(first);
+        }
+        let mut operands = vec![first];
         loop {
-            if self.keyword("AND") {
-                let right = self.set_unary()?;
-                left = SetExpr::And(Box::new(left), Box::new(right));
-            } else if self.keyword("EXCEPT") {
-                let right = self.set_unary()?;
-                left = SetExpr::Except(Box::new(left), Box::new(right));
-            } else {
-                return Ok(left);
+            operands.push(self.set_and()?);
+            if !self.keyword("OR") {
+                return Ok(SetExpr::Or(operands));
             }
         }
+    }
+
+    /// `unary { (AND | EXCEPT) unary }`, as the `And` of the first operand and every `AND`
+    /// operand, minus each `EXCEPT` operand. For sets the order does not matter:
+    /// `((a − b) ∩ c) − d = (a ∩ c) − b − d`, so a chain of any mix is one flat node.
+    fn set_and(&mut self) -> Result<SetExpr, SyntaxError> {
+        let mut and = vec![self.set_unary()?];
+        let mut except = Vec::new();
+        loop {
+            if self.keyword("AND") {
+                and.push(self.set_unary()?);
+            } else if self.keyword("EXCEPT") {
+                except.push(self.set_unary()?);
+            } else {
+                break;
+            }
+        }
+        let base = if and.len() == 1 {
+            and.remove(0)
+        } else {
+            SetExpr::And(and)
+        };
+        Ok(if except.is_empty() {
+            base
+        } else {
+            SetExpr::Except(Box::new(base), except)
+        })
     }
 
     fn set_unary(&mut self) -> Result<SetExpr, SyntaxError> {
@@ -386,22 +460,29 @@ impl<'a> Parser<'a> {
             if !self.rest().starts_with('(') {
                 return Err(self.error("'(' after NOT"));
             }
-            return Ok(SetExpr::Not(Box::new(self.set_unary()?)));
+            return Ok(SetExpr::Not(Box::new(self.group()?)));
         }
         self.ws();
-        if let Some(r) = self.rest().strip_prefix('(') {
-            self.advance_to(r);
-            let inner = self.set()?;
-            self.ws();
-            match self.rest().strip_prefix(')') {
-                Some(r) => {
-                    self.advance_to(r);
-                    Ok(inner)
-                }
-                None => Err(self.error("')' to close the group")),
-            }
+        if self.rest().starts_with('(') {
+            self.group()
         } else {
             self.tag()
+        }
+    }
+
+    /// `( set )`, with the `(` next.
+    fn group(&mut self) -> Result<SetExpr, SyntaxError> {
+        self.enter(self.pos, "'('")?;
+        self.pos += 1;
+        let inner = self.set()?;
+        self.ws();
+        match self.rest().strip_prefix(')') {
+            Some(r) => {
+                self.advance_to(r);
+                self.depth -= 1;
+                Ok(inner)
+            }
+            None => Err(self.error("')' to close the group")),
         }
     }
 
@@ -431,7 +512,36 @@ impl<'a> Parser<'a> {
         }
     }
 
+    /// `{ EXACT | EXPLAIN } statement`: the prefixes are read in a loop, each opening a level of
+    /// nesting, and wrapped around the statement they lead to.
     fn statement(&mut self) -> Result<Statement, SyntaxError> {
+        let mut prefixes = Vec::new();
+        loop {
+            self.ws();
+            let at = self.pos;
+            let explain = if self.keyword("EXPLAIN") {
+                true
+            } else if self.keyword("EXACT") {
+                false
+            } else {
+                break;
+            };
+            self.enter(at, if explain { "EXPLAIN" } else { "EXACT" })?;
+            prefixes.push(explain);
+        }
+        let mut st = self.simple_statement()?;
+        for explain in prefixes.into_iter().rev() {
+            st = if explain {
+                Statement::Explain(Box::new(st))
+            } else {
+                Statement::Exact(Box::new(st))
+            };
+        }
+        Ok(st)
+    }
+
+    /// One statement after its `EXACT` and `EXPLAIN` prefixes.
+    fn simple_statement(&mut self) -> Result<Statement, SyntaxError> {
         self.ws();
         let start = self.pos;
         let Some(word) = self.peek_word() else {
@@ -442,8 +552,6 @@ impl<'a> Parser<'a> {
             self.pos += word.len();
         }
         Ok(match upper.as_str() {
-            "EXPLAIN" => Statement::Explain(Box::new(self.statement()?)),
-            "EXACT" => Statement::Exact(Box::new(self.statement()?)),
             "DISTINCT" => {
                 let item = self.item_word()?;
                 let set = self.on()?;
@@ -529,16 +637,35 @@ impl<'a> Parser<'a> {
                 Statement::SetNow(self.date()?)
             }
             _ => {
-                let found = format!("'{word}'");
+                let found = quote_found(word);
                 return Err(self.error_at(start, found, "a statement (DISTINCT, SEEN, COUNT, TOP, SAMPLE, EXACT, EXPLAIN, SHOW, INFO, HELP, SET)", suggest(word, STATEMENTS)));
             }
         })
     }
 }
 
-/// Parses one statement (an optional trailing `;` is allowed).
+/// Parses one statement (an optional trailing `;` is allowed). Any text gives `Ok` or `Err` in
+/// time and stack bounded by [`MAX_STATEMENT_BYTES`] and [`MAX_DEPTH`].
 pub fn parse(src: &str) -> Result<Statement, SyntaxError> {
-    let mut p = Parser { src, pos: 0 };
+    if src.len() > MAX_STATEMENT_BYTES {
+        // Keep only the accepted part: the error must not hold (or print) the whole input.
+        let cut = (0..=MAX_STATEMENT_BYTES)
+            .rev()
+            .find(|&i| src.is_char_boundary(i))
+            .unwrap_or(0);
+        return Err(SyntaxError {
+            offset: cut,
+            found: format!("a statement of {} bytes", src.len()),
+            expected: format!("a statement of at most {MAX_STATEMENT_BYTES} bytes"),
+            suggestion: None,
+            statement: src[..cut].to_string(),
+        });
+    }
+    let mut p = Parser {
+        src,
+        pos: 0,
+        depth: 0,
+    };
     let stmt = p.statement()?;
     p.ws();
     if let Some(r) = p.rest().strip_prefix(';') {
@@ -570,16 +697,16 @@ mod tests {
             ok("DISTINCT wallets ON chain:a AND chain:b"),
             Statement::Distinct {
                 item: "wallets".into(),
-                set: Some(SetExpr::And(
-                    Box::new(SetExpr::Tag {
+                set: Some(SetExpr::And(vec![
+                    SetExpr::Tag {
                         field: "chain".into(),
                         value: "a".into()
-                    }),
-                    Box::new(SetExpr::Tag {
+                    },
+                    SetExpr::Tag {
                         field: "chain".into(),
                         value: "b".into()
-                    }),
-                )),
+                    },
+                ])),
                 range: Range::Unspecified,
             }
         );
@@ -634,22 +761,23 @@ mod tests {
     fn precedence_and_binds_tighter_than_or() {
         let st = ok("DISTINCT wallets ON chain:a OR chain:b AND chain:c");
         let Statement::Distinct {
-            set: Some(SetExpr::Or(_, right)),
+            set: Some(SetExpr::Or(operands)),
             ..
         } = st
         else {
             panic!("{st:?}")
         };
-        assert!(matches!(*right, SetExpr::And(..)));
+        assert_eq!(operands.len(), 2);
+        assert!(matches!(operands[1], SetExpr::And(..)));
         let grouped = ok("DISTINCT wallets ON (chain:a OR chain:b) AND chain:c");
         let Statement::Distinct {
-            set: Some(SetExpr::And(left, _)),
+            set: Some(SetExpr::And(operands)),
             ..
         } = grouped
         else {
             panic!()
         };
-        assert!(matches!(*left, SetExpr::Or(..)));
+        assert!(matches!(operands[0], SetExpr::Or(..)));
     }
 
     #[test]
@@ -684,14 +812,17 @@ mod tests {
     fn arb_set() -> BoxedStrategy<SetExpr> {
         let field = "[a-z]{1,6}".prop_filter("not a keyword", |f| !is_keyword(f));
         let leaf = (field, arb_value()).prop_map(|(field, value)| SetExpr::Tag { field, value });
-        leaf.prop_recursive(4, 16, 2, |inner| {
+        // Any nesting of the n-ary nodes, including a chain directly inside a chain of the same
+        // operator (which must print with brackets to come back the same).
+        leaf.prop_recursive(4, 24, 3, |inner| {
             prop_oneof![
-                (inner.clone(), inner.clone())
-                    .prop_map(|(a, b)| SetExpr::And(Box::new(a), Box::new(b))),
-                (inner.clone(), inner.clone())
-                    .prop_map(|(a, b)| SetExpr::Or(Box::new(a), Box::new(b))),
-                (inner.clone(), inner.clone())
-                    .prop_map(|(a, b)| SetExpr::Except(Box::new(a), Box::new(b))),
+                proptest::collection::vec(inner.clone(), 2..4).prop_map(SetExpr::And),
+                proptest::collection::vec(inner.clone(), 2..4).prop_map(SetExpr::Or),
+                (
+                    inner.clone(),
+                    proptest::collection::vec(inner.clone(), 1..3)
+                )
+                    .prop_map(|(a, v)| SetExpr::Except(Box::new(a), v)),
                 inner.prop_map(|a| SetExpr::Not(Box::new(a))),
             ]
         })
