@@ -957,6 +957,90 @@ fn percent(p: f64) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::{SetExpr, Slice, Test};
+    use proptest::prelude::*;
+    use rustc_hash::FxHashMap;
+
+    fn tag(v: &str) -> SetExpr {
+        SetExpr::Tag {
+            field: "chain".into(),
+            value: v.into(),
+        }
+    }
+
+    /// Bits 1, 2, 3 for chain:a, chain:b, chain:c (bit 0 is "in the stream").
+    fn bits() -> FxHashMap<Slice, u64> {
+        ["a", "b", "c"]
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (Slice::tag("chain", v), 2u64 << i))
+            .collect()
+    }
+
+    #[test]
+    fn a_flat_chain_compiles_to_one_mask_test_per_side() {
+        // 10,000 ANDs minus 5,000 EXCEPTs: two mask comparisons per event, not 15,000.
+        let e = SetExpr::Except(
+            Box::new(SetExpr::And(vec![tag("a"); 10_000])),
+            (0..5_000)
+                .map(|i| tag(if i % 2 == 0 { "b" } else { "c" }))
+                .collect(),
+        );
+        let mut groups = 0;
+        let t = Test::of(&e, &bits(), &mut groups);
+        assert_eq!(groups, 1);
+        let Test::Minus(base, minus) = &t else {
+            panic!("not a difference")
+        };
+        assert!(matches!(&**base, Test::All(2, s) if s.is_empty()));
+        assert!(matches!(&**minus, Test::Any(12, s) if s.is_empty()));
+        assert!(t.holds(1 | 2));
+        assert!(!t.holds(1 | 2 | 4) && !t.holds(1 | 2 | 8) && !t.holds(1 | 4));
+    }
+
+    /// The meaning of an expression on a mask, straight from its definition.
+    fn meaning(e: &SetExpr, mask: u64) -> bool {
+        let bit = |v: &str| 2u64 << (v.as_bytes()[0] - b'a');
+        match e {
+            SetExpr::Tag { value, .. } => mask & bit(value) != 0,
+            SetExpr::And(v) => !v.is_empty() && v.iter().all(|e| meaning(e, mask)),
+            SetExpr::Or(v) => v.iter().any(|e| meaning(e, mask)),
+            SetExpr::Except(a, v) => meaning(a, mask) && !v.iter().any(|e| meaning(e, mask)),
+            SetExpr::Not(a) => mask & 1 != 0 && !meaning(a, mask),
+        }
+    }
+
+    fn arb_expr() -> impl Strategy<Value = SetExpr> {
+        prop_oneof![Just(tag("a")), Just(tag("b")), Just(tag("c"))].prop_recursive(
+            4,
+            32,
+            4,
+            |inner| {
+                prop_oneof![
+                    proptest::collection::vec(inner.clone(), 0..5).prop_map(SetExpr::And),
+                    proptest::collection::vec(inner.clone(), 0..5).prop_map(SetExpr::Or),
+                    (
+                        inner.clone(),
+                        proptest::collection::vec(inner.clone(), 0..4)
+                    )
+                        .prop_map(|(a, v)| SetExpr::Except(Box::new(a), v)),
+                    inner.prop_map(|a| SetExpr::Not(Box::new(a))),
+                ]
+            },
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn compiled_tests_mean_what_the_expression_means(e in arb_expr()) {
+            let mut groups = 0;
+            let t = Test::of(&e, &bits(), &mut groups);
+            for mask in 0..16u64 {
+                prop_assert_eq!(t.holds(mask), meaning(&e, mask), "{:?} on {:b}", e, mask);
+            }
+        }
+    }
+
     #[test]
     fn percentages_keep_three_significant_digits() {
         assert_eq!(super::percent(0.01), "1.00%");

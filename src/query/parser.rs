@@ -805,6 +805,255 @@ mod tests {
         assert!(parse("").is_err());
     }
 
+    /// Runs `f` on a thread with a 256 KiB stack, so recursion left per operand or per level
+    /// of nesting shows up here (as an abort of the test binary) and not in a service.
+    fn on_small_stack<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        std::thread::Builder::new()
+            .stack_size(256 * 1024)
+            .spawn(f)
+            .expect("spawn a thread")
+            .join()
+            .expect("the parser does not panic")
+    }
+
+    #[test]
+    fn nesting_past_the_limit_is_an_error_at_the_byte_that_passes_it() {
+        on_small_stack(|| {
+            let prefix = "DISTINCT wallets ON ";
+            for open in ["(", "NOT ("] {
+                let nest = |n: usize| format!("{prefix}{}chain:a{}", open.repeat(n), ")".repeat(n));
+                // The deepest accepted statement still prints and parses back.
+                let st = ok(&nest(MAX_DEPTH));
+                assert_eq!(parse(&st.to_string()), Ok(st.clone()));
+                // The '(' that opens level 65, whatever follows it.
+                let at = prefix.len() + MAX_DEPTH * open.len() + open.len() - 1;
+                for n in [MAX_DEPTH + 1, 8_000, 20_000] {
+                    let e = parse(&nest(n)).expect_err("too deep");
+                    assert_eq!(e.offset, at, "{open} x {n}: {e}");
+                    assert!(
+                        e.to_string().contains("at most 64 levels of nesting"),
+                        "{e}"
+                    );
+                    assert!(e.found.contains("level 65"), "{e}");
+                }
+            }
+            let e = parse(&"(".repeat(100_000)).expect_err("not a statement");
+            assert_eq!(e.offset, 0, "{e}");
+            let e = parse(&format!("{prefix}{}", "(".repeat(100_000))).expect_err("deep");
+            assert_eq!(e.offset, prefix.len() + MAX_DEPTH, "{e}");
+
+            // EXPLAIN and EXACT open levels too, and count with the brackets after them.
+            let st = ok(&format!("{}COUNT", "EXPLAIN ".repeat(MAX_DEPTH)));
+            assert_eq!(parse(&st.to_string()), Ok(st));
+            for n in [MAX_DEPTH + 1, 8_000] {
+                let e = parse(&format!("{}COUNT", "EXPLAIN ".repeat(n))).expect_err("deep");
+                assert_eq!(e.offset, MAX_DEPTH * "EXPLAIN ".len(), "{e}");
+                assert_eq!(e.found, "EXPLAIN opening level 65 of nesting");
+            }
+            let mixed = format!(
+                "EXPLAIN EXACT {prefix}{}chain:a{}",
+                "(".repeat(MAX_DEPTH - 1),
+                ")".repeat(MAX_DEPTH - 1)
+            );
+            let e = parse(&mixed).expect_err("two prefixes and 63 brackets");
+            assert_eq!(
+                e.offset,
+                "EXPLAIN EXACT ".len() + prefix.len() + MAX_DEPTH - 2
+            );
+        });
+    }
+
+    #[test]
+    fn long_chains_are_one_flat_node_that_prints_back_in_time_and_stack() {
+        on_small_stack(|| {
+            let tag = |i: usize| SetExpr::Tag {
+                field: "c".into(),
+                value: (i % 10).to_string(),
+            };
+            let chain = |op: &str, n: usize| {
+                let terms: Vec<String> = (0..n).map(|i| format!("c:{}", i % 10)).collect();
+                format!("COUNT ON {}", terms.join(&format!(" {op} ")))
+            };
+            // 30,000 operands, 240 KB: under the size limit, so it must be read, and flat.
+            let text = chain("AND", 30_000);
+            let st = ok(&text);
+            let Statement::Count {
+                set: Some(SetExpr::And(v)),
+                ..
+            } = &st
+            else {
+                panic!("not one AND node")
+            };
+            assert_eq!(v.len(), 30_000);
+            assert!(v.iter().enumerate().all(|(i, e)| *e == tag(i)));
+            assert_eq!(st.to_string(), text);
+            assert_eq!(parse(&st.to_string()), Ok(st.clone()));
+            drop(st.clone());
+
+            let st = ok(&chain("OR", 30_000));
+            assert!(
+                matches!(&st, Statement::Count { set: Some(SetExpr::Or(v)), .. } if v.len() == 30_000)
+            );
+
+            // AND and EXCEPT alternating: the AND operands, minus each EXCEPT operand.
+            let terms: Vec<String> = (0..20_000).map(|i| format!("c:{}", i % 10)).collect();
+            let mut text = format!("COUNT ON {}", terms[0]);
+            for (i, t) in terms.iter().enumerate().skip(1) {
+                text.push_str(if i % 2 == 1 { " EXCEPT " } else { " AND " });
+                text.push_str(t);
+            }
+            let st = ok(&text);
+            let Statement::Count {
+                set: Some(SetExpr::Except(base, minus)),
+                ..
+            } = &st
+            else {
+                panic!("not one EXCEPT node")
+            };
+            assert!(matches!(&**base, SetExpr::And(v) if v.len() == 10_000));
+            assert_eq!(minus.len(), 10_000);
+            assert_eq!(parse(&st.to_string()), Ok(st.clone()));
+        });
+    }
+
+    #[test]
+    fn statements_past_the_size_limit_are_refused_at_the_limit() {
+        let fits = format!("COUNT ON c:a{}", " ".repeat(MAX_STATEMENT_BYTES - 12));
+        assert_eq!(fits.len(), MAX_STATEMENT_BYTES);
+        assert!(parse(&fits).is_ok());
+        let e = parse(&format!("{fits} ")).expect_err("one byte over");
+        assert_eq!(e.offset, MAX_STATEMENT_BYTES);
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "syntax error at byte {MAX_STATEMENT_BYTES}: expected a statement of at most \
+                 {MAX_STATEMENT_BYTES} bytes, found a statement of {} bytes",
+                MAX_STATEMENT_BYTES + 1
+            )
+        );
+        assert!(e.statement.len() <= MAX_STATEMENT_BYTES);
+        // Cut on a character boundary, so the caret can be drawn.
+        let wide = "é".repeat(MAX_STATEMENT_BYTES / 2 + 1);
+        let e = parse(&wide).expect_err("over");
+        assert!(wide.is_char_boundary(e.offset) && e.offset <= MAX_STATEMENT_BYTES);
+        assert!(e.caret().ends_with('^'));
+    }
+
+    #[test]
+    fn a_huge_word_is_quoted_cut_in_the_error() {
+        let word = "x".repeat(100_000);
+        let e = parse(&word).expect_err("not a statement");
+        let msg = e.to_string();
+        assert!(msg.len() < 300, "{msg}");
+        assert!(
+            msg.contains(&format!("'{}…' (100000 bytes)", "x".repeat(40))),
+            "{msg}"
+        );
+        let e = parse(&format!("TOP {} wallets", "9".repeat(50_000))).expect_err("too big");
+        assert!(e.to_string().len() < 300, "{e}");
+    }
+
+    /// An abusive input: a printed statement with pieces repeated thousands of times inserted
+    /// at random places (deep nests, long chains, stray brackets and quotes, random text), and
+    /// maybe cut short, up to 100 KB.
+    fn arb_abuse() -> impl Strategy<Value = String> {
+        const MAX: usize = 100_000;
+        let piece = prop_oneof![
+            Just("(".to_string()),
+            Just(")".to_string()),
+            Just("NOT (".to_string()),
+            Just("EXPLAIN ".to_string()),
+            Just("EXACT ".to_string()),
+            Just(" AND chain:a".to_string()),
+            Just(" OR chain:b".to_string()),
+            Just(" EXCEPT chain:c".to_string()),
+            Just(" AND (chain:a OR chain:b)".to_string()),
+            Just("'".to_string()),
+            "\\PC{1,6}",
+        ];
+        let boundary = |text: &str, at: prop::sample::Index| {
+            let at = at.index(text.len() + 1);
+            (0..=at)
+                .rev()
+                .find(|&i| text.is_char_boundary(i))
+                .unwrap_or(0)
+        };
+        (
+            arb_statement(),
+            proptest::collection::vec((any::<prop::sample::Index>(), piece, 1usize..25_000), 1..4),
+            proptest::option::of(any::<prop::sample::Index>()),
+        )
+            .prop_map(move |(st, inserts, cut)| {
+                let mut text = st.to_string();
+                for (at, piece, n) in inserts {
+                    let at = boundary(&text, at);
+                    let n = n.min((MAX.saturating_sub(text.len())) / piece.len());
+                    text.insert_str(at, &piece.repeat(n));
+                }
+                if let Some(cut) = cut {
+                    let at = boundary(&text, cut);
+                    text.truncate(at);
+                }
+                text
+            })
+    }
+
+    /// Well-formed abuse: a chain of n operands inside d brackets (d may pass the limit).
+    fn arb_deep_chain() -> impl Strategy<Value = String> {
+        (
+            0usize..(2 * MAX_DEPTH),
+            1usize..8_000,
+            prop_oneof![Just("AND"), Just("OR"), Just("EXCEPT")],
+            any::<bool>(),
+        )
+            .prop_map(|(d, n, op, not)| {
+                let open = if not { "NOT (" } else { "(" };
+                let terms: Vec<String> = (0..n).map(|i| format!("chain:{}", i % 3)).collect();
+                format!(
+                    "DISTINCT wallets ON {}{}{}",
+                    open.repeat(d),
+                    terms.join(&format!(" {op} ")),
+                    ")".repeat(d)
+                )
+            })
+    }
+
+    /// What any input must give: `Ok` with a statement that prints and parses back the same,
+    /// or an error at a character boundary inside the input, with a one-line message.
+    fn check_clean(text: String) -> Result<(), TestCaseError> {
+        on_small_stack(move || {
+            match parse(&text) {
+                Ok(st) => {
+                    let printed = st.to_string();
+                    prop_assert_eq!(parse(&printed), Ok(st), "{}", printed);
+                }
+                Err(e) => {
+                    prop_assert!(e.offset <= text.len(), "{e}");
+                    prop_assert!(text.is_char_boundary(e.offset), "{e}");
+                    let msg = e.to_string();
+                    prop_assert!(msg.len() < 400 && !msg.contains('\n'), "{msg}");
+                    prop_assert!(e.caret().ends_with('^'));
+                }
+            }
+            Ok(())
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(96))]
+
+        #[test]
+        fn abusive_inputs_up_to_100_kb_give_a_clean_ok_or_err(text in arb_abuse()) {
+            prop_assert!(text.len() <= 100_000);
+            check_clean(text)?;
+        }
+
+        #[test]
+        fn deep_nests_of_long_chains_give_a_clean_ok_or_err(text in arb_deep_chain()) {
+            check_clean(text)?;
+        }
+    }
+
     fn arb_value() -> impl Strategy<Value = String> {
         prop_oneof!["[a-z0-9]{1,8}", "0x[0-9a-f]{40}", "[ -~]{0,12}"]
     }
