@@ -75,6 +75,11 @@ fn main() {
             b.iter(|| parse(black_box(q)).expect("parses"))
         });
     }
+    // A chain is one flat node: time in proportion to its length (docs/QUERY.md, Limits).
+    let long_and = format!("COUNT ON c:0{}", " AND c:1".repeat(29_999));
+    g.bench_function("parse a 30,000-operand AND chain (240 KB)", |b| {
+        b.iter(|| parse(black_box(&long_and)).expect("parses"))
+    });
     g.finish();
 
     let (year_dir, year) = build("year", 365, 20_000, 200_000, 100_000);
@@ -94,6 +99,17 @@ fn main() {
     g.bench_function("SAMPLE 1000 FROM LAST 7 DAYS (7 buckets)", |b| {
         b.iter(|| s.query("SAMPLE 1000 FROM LAST 7 DAYS").expect("sample"))
     });
+    // Each tag's merged Theta read once, each repeated operand applied once.
+    let excepts = format!(
+        "DISTINCT wallets ON chain:a{}",
+        " EXCEPT chain:b".repeat(5_000)
+    );
+    let mut sketch_only = Session::with_seed(&year, 4);
+    sketch_only.options.exact_fallback = false;
+    g.bench_function(
+        "DISTINCT ON chain:a EXCEPT chain:b x5,000 over 365 buckets, theta only, warm",
+        |b| b.iter(|| sketch_only.query(&excepts).expect("theta")),
+    );
     g.finish();
     drop(year);
     let _ = std::fs::remove_dir_all(&year_dir);

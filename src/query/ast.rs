@@ -1,5 +1,10 @@
 //! The query language's syntax tree: plain data, no behaviour beyond printing itself back as
 //! text (so that `parse(print(ast)) == ast`, which the property tests check).
+//!
+//! Chains of one operator are n-ary nodes, not left-deep binary trees: `a AND b AND c ...` is
+//! one `And` with all its operands, so a statement's tree is only as deep as its parentheses
+//! (which the parser limits), and printing, cloning, dropping and evaluating it never recurse
+//! once per operand of a long chain.
 
 use std::fmt;
 
@@ -57,12 +62,23 @@ pub enum Statement {
 }
 
 /// A set of events selected by tags.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// The parser builds `And` and `Or` with two or more operands and `Except` with at least one
+/// subtracted operand; a chain mixing `AND` and `EXCEPT` becomes the `And` of its `AND` operands
+/// minus each `EXCEPT` operand (`a EXCEPT b AND c` is `Except(And[a, c], [b])`, the same set).
+/// An `And` or `Or` with no operands, which the parser never builds, selects nothing.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum SetExpr {
-    Tag { field: String, value: String },
-    And(Box<SetExpr>, Box<SetExpr>),
-    Or(Box<SetExpr>, Box<SetExpr>),
-    Except(Box<SetExpr>, Box<SetExpr>),
+    Tag {
+        field: String,
+        value: String,
+    },
+    /// In every operand.
+    And(Vec<SetExpr>),
+    /// In any operand.
+    Or(Vec<SetExpr>),
+    /// In the first, and in none of the rest.
+    Except(Box<SetExpr>, Vec<SetExpr>),
     Not(Box<SetExpr>),
 }
 
@@ -153,29 +169,49 @@ impl SetExpr {
         }
     }
 
-    fn fmt_child(&self, f: &mut fmt::Formatter<'_>, parent: u8, right: bool) -> fmt::Result {
-        // Operators are left-associative: a right operand of equal precedence needs brackets.
-        let p = self.precedence();
-        if p < parent || (right && p == parent && p < 3) {
-            write!(f, "({self})")
-        } else {
+    /// Prints an operand, bracketed unless `bare`. An operand that is itself a chain of the
+    /// same precedence keeps its brackets, or it would parse back merged into its parent's chain.
+    fn fmt_operand(&self, f: &mut fmt::Formatter<'_>, bare: bool) -> fmt::Result {
+        if bare {
             write!(f, "{self}")
+        } else {
+            write!(f, "({self})")
         }
+    }
+
+    fn fmt_chain(
+        f: &mut fmt::Formatter<'_>,
+        operands: &[SetExpr],
+        op: &str,
+        tighter_than: u8,
+    ) -> fmt::Result {
+        for (i, e) in operands.iter().enumerate() {
+            if i > 0 {
+                write!(f, " {op} ")?;
+            }
+            e.fmt_operand(f, e.precedence() > tighter_than)?;
+        }
+        Ok(())
     }
 }
 
 impl fmt::Display for SetExpr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let binary = |f: &mut fmt::Formatter<'_>, a: &SetExpr, op: &str, b: &SetExpr, p: u8| {
-            a.fmt_child(f, p, false)?;
-            write!(f, " {op} ")?;
-            b.fmt_child(f, p, true)
-        };
         match self {
             SetExpr::Tag { field, value } => write!(f, "{}:{}", field, quote(value)),
-            SetExpr::And(a, b) => binary(f, a, "AND", b, 2),
-            SetExpr::Except(a, b) => binary(f, a, "EXCEPT", b, 2),
-            SetExpr::Or(a, b) => binary(f, a, "OR", b, 1),
+            SetExpr::Or(v) => SetExpr::fmt_chain(f, v, "OR", 1),
+            SetExpr::And(v) => SetExpr::fmt_chain(f, v, "AND", 2),
+            SetExpr::Except(base, minus) => {
+                // A bare AND chain in front parses back as this node's base.
+                let bare =
+                    base.precedence() > 2 || matches!(**base, SetExpr::And(ref v) if v.len() > 1);
+                base.fmt_operand(f, bare)?;
+                for e in minus {
+                    f.write_str(" EXCEPT ")?;
+                    e.fmt_operand(f, e.precedence() > 2)?;
+                }
+                Ok(())
+            }
             SetExpr::Not(a) => write!(f, "NOT ({a})"),
         }
     }

@@ -229,50 +229,79 @@ impl<'s> Session<'s> {
         Ok((acc, buckets, bytes))
     }
 
+    fn empty_theta(&self) -> Result<Theta, QueryError> {
+        Theta::new(self.store.config().sketches.theta_nominal_entries)
+            .map_err(|e| StoreError::Query(e.to_string()).into())
+    }
+
+    /// A slice's Theta sketch merged over the range, read from the store only the first time
+    /// the statement names the slice.
+    fn theta_leaf(
+        &self,
+        slice: &Slice,
+        range: &TimeRange,
+        reads: &mut ThetaReads,
+    ) -> Result<Theta, QueryError> {
+        if let Some(t) = reads.merged.get(slice) {
+            return Ok(t.clone());
+        }
+        let m = self.store.merged_theta(slice, range)?;
+        reads.buckets += m.buckets;
+        reads.bytes += m.bytes;
+        let t = match m.sketch {
+            Some(t) => t,
+            None => self.empty_theta()?,
+        };
+        reads.merged.insert(slice.clone(), t.clone());
+        Ok(t)
+    }
+
+    /// The expression's Theta sketch: one set operation per distinct operand of each node, so a
+    /// chain costs in proportion to its length, and recursion only as deep as its brackets.
     fn theta_of(
         &self,
         e: &SetExpr,
         range: &TimeRange,
-        reads: &mut (usize, usize),
+        reads: &mut ThetaReads,
     ) -> Result<Theta, QueryError> {
-        let empty = || -> Result<Theta, QueryError> {
-            Theta::new(self.store.config().sketches.theta_nominal_entries)
-                .map_err(|e| StoreError::Query(e.to_string()).into())
-        };
-        let leaf = |s: &Slice, reads: &mut (usize, usize)| -> Result<Theta, QueryError> {
-            let m = self.store.merged_theta(s, range)?;
-            reads.0 += m.buckets;
-            reads.1 += m.bytes;
-            match m.sketch {
-                Some(t) => Ok(t),
-                None => empty(),
+        // Intersection, union and difference are idempotent (also on sketches: θ and the kept
+        // values do not change when the same operand comes again), so a repeat is skipped.
+        fn distinct(v: &[SetExpr]) -> Vec<&SetExpr> {
+            let mut seen = std::collections::HashSet::new();
+            v.iter().filter(|e| seen.insert(*e)).collect()
+        }
+        let fold = |v: &[SetExpr],
+                    reads: &mut ThetaReads,
+                    op: fn(&Theta, &Theta) -> Option<Theta>|
+         -> Result<Theta, QueryError> {
+            let mut acc: Option<Theta> = None;
+            for x in distinct(v) {
+                let t = self.theta_of(x, range, reads)?;
+                acc = Some(match acc {
+                    None => t,
+                    Some(a) => match op(&a, &t) {
+                        Some(r) => r,
+                        None => self.empty_theta()?,
+                    },
+                });
             }
+            acc.map_or_else(|| self.empty_theta(), Ok)
         };
         Ok(match e {
-            SetExpr::Tag { field, value } => leaf(&Slice::tag(field, value), reads)?,
-            SetExpr::And(a, b) => {
-                let (a, b) = (
-                    self.theta_of(a, range, reads)?,
-                    self.theta_of(b, range, reads)?,
-                );
-                Theta::intersection([&a, &b]).map_or_else(empty, Ok)?
+            SetExpr::Tag { field, value } => {
+                self.theta_leaf(&Slice::tag(field, value), range, reads)?
             }
-            SetExpr::Or(a, b) => {
-                let (a, b) = (
-                    self.theta_of(a, range, reads)?,
-                    self.theta_of(b, range, reads)?,
-                );
-                Theta::union([&a, &b]).map_or_else(empty, Ok)?
-            }
-            SetExpr::Except(a, b) => {
-                let (a, b) = (
-                    self.theta_of(a, range, reads)?,
-                    self.theta_of(b, range, reads)?,
-                );
-                a.difference(&b)
+            SetExpr::And(v) => fold(v, reads, |a, b| Theta::intersection([a, b]))?,
+            SetExpr::Or(v) => fold(v, reads, |a, b| Theta::union([a, b]))?,
+            SetExpr::Except(base, minus) => {
+                let mut acc = self.theta_of(base, range, reads)?;
+                for x in distinct(minus) {
+                    acc = acc.difference(&self.theta_of(x, range, reads)?);
+                }
+                acc
             }
             SetExpr::Not(a) => {
-                let whole = leaf(&Slice::Whole, reads)?;
+                let whole = self.theta_leaf(&Slice::Whole, range, reads)?;
                 whole.difference(&self.theta_of(a, range, reads)?)
             }
         })
@@ -284,8 +313,9 @@ impl<'s> Session<'s> {
         }
         let approx = match &plan.shape {
             Shape::Expr(e) => {
-                let mut reads = (0, 0);
-                let t = self.theta_of(e, &plan.range, &mut reads)?;
+                let mut theta_reads = ThetaReads::default();
+                let t = self.theta_of(e, &plan.range, &mut theta_reads)?;
+                let reads = (theta_reads.buckets, theta_reads.bytes);
                 let est = t.estimate();
                 let mut a = Answer::number(
                     Kind::Distinct,
@@ -703,23 +733,107 @@ fn item_key(item: &ItemRef<'_>, out: &mut Vec<u8>) {
     }
 }
 
+/// The Theta sketches one statement has read, by slice, and what reading them cost.
+#[derive(Default)]
+struct ThetaReads {
+    merged: FxHashMap<Slice, Theta>,
+    buckets: usize,
+    bytes: usize,
+}
+
 /// Evaluates a set shape on events: each referenced tag is a bit; bit 0 is "in the stream".
+///
+/// The shape is compiled once into tests on those bits, the tags of a chain folded into one
+/// mask, so `a AND b AND ...` costs one comparison per event however long it is; a test with
+/// groups remembers its answer per mask (events carry few tag combinations).
 struct SetEval {
     /// (tag id, bit) for matching events' tags.
     ids: Vec<(u32, u64)>,
-    /// (`field:value`, bit) for evaluating the expression.
-    names: Vec<(String, u64)>,
-    shape: Shape,
+    test: Test,
+    /// Whether `test` is worth remembering per mask (it has groups to walk).
+    memoise: bool,
+    memo: std::cell::RefCell<FxHashMap<u64, bool>>,
 }
+
+/// A set shape compiled to bit tests on an event's (or a wallet's) tag mask.
+enum Test {
+    /// Every bit of the mask set, and every sub-test true (`AND`; a tag alone; the whole stream).
+    All(u64, Vec<Test>),
+    /// Some bit of the mask set, or some sub-test true (`OR`).
+    Any(u64, Vec<Test>),
+    /// The first true and the second false (`EXCEPT`).
+    Minus(Box<Test>, Box<Test>),
+    /// In the stream and the test false (`NOT`).
+    Not(Box<Test>),
+}
+
+impl Test {
+    fn holds(&self, mask: u64) -> bool {
+        match self {
+            Test::All(bits, subs) => mask & bits == *bits && subs.iter().all(|t| t.holds(mask)),
+            Test::Any(bits, subs) => mask & bits != 0 || subs.iter().any(|t| t.holds(mask)),
+            Test::Minus(a, b) => a.holds(mask) && !b.holds(mask),
+            Test::Not(a) => mask & 1 != 0 && !a.holds(mask),
+        }
+    }
+
+    /// Compiles `e`; `groups` counts the nodes that are more than a mask comparison.
+    fn of(e: &SetExpr, bits: &FxHashMap<Slice, u64>, groups: &mut usize) -> Test {
+        let bit = |field: &str, value: &str| bits.get(&Slice::tag(field, value)).copied();
+        let split = |v: &[SetExpr], groups: &mut usize| {
+            let (mut mask, mut subs) = (0, Vec::new());
+            for x in v {
+                match x {
+                    SetExpr::Tag { field, value } => match bit(field, value) {
+                        Some(b) => mask |= b,
+                        None => subs.push(Test::Any(0, Vec::new())),
+                    },
+                    other => subs.push(Test::of(other, bits, groups)),
+                }
+            }
+            (mask, subs)
+        };
+        let t = match e {
+            SetExpr::Tag { field, value } => match bit(field, value) {
+                Some(b) => Test::All(b, Vec::new()),
+                None => Test::Any(0, Vec::new()),
+            },
+            // Nothing to intersect: documented (ast.rs) as selecting nothing.
+            SetExpr::And(v) if v.is_empty() => Test::Any(0, Vec::new()),
+            SetExpr::And(v) => {
+                let (m, subs) = split(v, groups);
+                Test::All(m, subs)
+            }
+            SetExpr::Or(v) => {
+                let (m, subs) = split(v, groups);
+                Test::Any(m, subs)
+            }
+            SetExpr::Except(base, minus) => {
+                let base = Test::of(base, bits, groups);
+                let (m, subs) = split(minus, groups);
+                Test::Minus(Box::new(base), Box::new(Test::Any(m, subs)))
+            }
+            SetExpr::Not(a) => Test::Not(Box::new(Test::of(a, bits, groups))),
+        };
+        if !matches!(&t, Test::All(_, s) | Test::Any(_, s) if s.is_empty()) {
+            *groups += 1;
+        }
+        t
+    }
+}
+
+/// Masks remembered per `SetEval`; past this many, the rest are evaluated each time.
+const MEMO_LIMIT: usize = 1 << 16;
 
 impl SetEval {
     fn new(store: &Store, shape: &Shape) -> Result<Self, QueryError> {
         fn collect(e: &SetExpr, out: &mut Vec<Slice>) {
             match e {
                 SetExpr::Tag { field, value } => out.push(Slice::tag(field, value)),
-                SetExpr::And(a, b) | SetExpr::Or(a, b) | SetExpr::Except(a, b) => {
+                SetExpr::And(v) | SetExpr::Or(v) => v.iter().for_each(|e| collect(e, out)),
+                SetExpr::Except(a, v) => {
                     collect(a, out);
-                    collect(b, out);
+                    v.iter().for_each(|e| collect(e, out));
                 }
                 SetExpr::Not(a) => collect(a, out),
             }
@@ -731,26 +845,32 @@ impl SetEval {
             Shape::Expr(e) => collect(e, &mut slices),
         }
         let mut ids = Vec::new();
-        let mut names: Vec<(String, u64)> = Vec::new();
+        let mut bits: FxHashMap<Slice, u64> = FxHashMap::default();
         for s in slices {
-            let name = s.name();
-            if names.iter().any(|(n, _)| *n == name) {
+            if bits.contains_key(&s) {
                 continue;
             }
-            if names.len() == 63 {
+            if bits.len() == 63 {
                 return Err(StoreError::Query(
                     "a set expression may name at most 63 distinct tags".into(),
                 )
                 .into());
             }
-            let bit = 1u64 << (names.len() + 1);
+            let bit = 1u64 << (bits.len() + 1);
             ids.push((store.tag_id_of(&s)?, bit));
-            names.push((name, bit));
+            bits.insert(s, bit);
         }
+        let mut groups = 0;
+        let test = match shape {
+            Shape::Whole => Test::All(1, Vec::new()),
+            Shape::Union(_) => Test::Any(ids.iter().fold(0, |m, &(_, b)| m | b), Vec::new()),
+            Shape::Expr(e) => Test::of(e, &bits, &mut groups),
+        };
         Ok(SetEval {
             ids,
-            names,
-            shape: shape.clone(),
+            test,
+            memoise: groups > 2,
+            memo: Default::default(),
         })
     }
 
@@ -766,29 +886,21 @@ impl SetEval {
         m
     }
 
-    fn bit(&self, field: &str, value: &str) -> u64 {
-        let name = format!("{field}:{value}");
-        self.names
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map_or(0, |&(_, b)| b)
-    }
-
     fn holds(&self, mask: u64) -> bool {
-        fn eval(e: &SetExpr, ev: &SetEval, mask: u64) -> bool {
-            match e {
-                SetExpr::Tag { field, value } => mask & ev.bit(field, value) != 0,
-                SetExpr::And(a, b) => eval(a, ev, mask) && eval(b, ev, mask),
-                SetExpr::Or(a, b) => eval(a, ev, mask) || eval(b, ev, mask),
-                SetExpr::Except(a, b) => eval(a, ev, mask) && !eval(b, ev, mask),
-                SetExpr::Not(a) => mask & 1 != 0 && !eval(a, ev, mask),
-            }
+        if !self.memoise {
+            return self.test.holds(mask);
         }
-        match &self.shape {
-            Shape::Whole => mask & 1 != 0,
-            Shape::Union(_) => self.ids.iter().any(|&(_, bit)| mask & bit != 0),
-            Shape::Expr(e) => eval(e, self, mask),
+        let Ok(mut memo) = self.memo.try_borrow_mut() else {
+            return self.test.holds(mask);
+        };
+        if let Some(&h) = memo.get(&mask) {
+            return h;
         }
+        let h = self.test.holds(mask);
+        if memo.len() < MEMO_LIMIT {
+            memo.insert(mask, h);
+        }
+        h
     }
 }
 
@@ -845,6 +957,90 @@ fn percent(p: f64) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::{SetExpr, Slice, Test};
+    use proptest::prelude::*;
+    use rustc_hash::FxHashMap;
+
+    fn tag(v: &str) -> SetExpr {
+        SetExpr::Tag {
+            field: "chain".into(),
+            value: v.into(),
+        }
+    }
+
+    /// Bits 1, 2, 3 for chain:a, chain:b, chain:c (bit 0 is "in the stream").
+    fn bits() -> FxHashMap<Slice, u64> {
+        ["a", "b", "c"]
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (Slice::tag("chain", v), 2u64 << i))
+            .collect()
+    }
+
+    #[test]
+    fn a_flat_chain_compiles_to_one_mask_test_per_side() {
+        // 10,000 ANDs minus 5,000 EXCEPTs: two mask comparisons per event, not 15,000.
+        let e = SetExpr::Except(
+            Box::new(SetExpr::And(vec![tag("a"); 10_000])),
+            (0..5_000)
+                .map(|i| tag(if i % 2 == 0 { "b" } else { "c" }))
+                .collect(),
+        );
+        let mut groups = 0;
+        let t = Test::of(&e, &bits(), &mut groups);
+        assert_eq!(groups, 1);
+        let Test::Minus(base, minus) = &t else {
+            panic!("not a difference")
+        };
+        assert!(matches!(&**base, Test::All(2, s) if s.is_empty()));
+        assert!(matches!(&**minus, Test::Any(12, s) if s.is_empty()));
+        assert!(t.holds(1 | 2));
+        assert!(!t.holds(1 | 2 | 4) && !t.holds(1 | 2 | 8) && !t.holds(1 | 4));
+    }
+
+    /// The meaning of an expression on a mask, straight from its definition.
+    fn meaning(e: &SetExpr, mask: u64) -> bool {
+        let bit = |v: &str| 2u64 << (v.as_bytes()[0] - b'a');
+        match e {
+            SetExpr::Tag { value, .. } => mask & bit(value) != 0,
+            SetExpr::And(v) => !v.is_empty() && v.iter().all(|e| meaning(e, mask)),
+            SetExpr::Or(v) => v.iter().any(|e| meaning(e, mask)),
+            SetExpr::Except(a, v) => meaning(a, mask) && !v.iter().any(|e| meaning(e, mask)),
+            SetExpr::Not(a) => mask & 1 != 0 && !meaning(a, mask),
+        }
+    }
+
+    fn arb_expr() -> impl Strategy<Value = SetExpr> {
+        prop_oneof![Just(tag("a")), Just(tag("b")), Just(tag("c"))].prop_recursive(
+            4,
+            32,
+            4,
+            |inner| {
+                prop_oneof![
+                    proptest::collection::vec(inner.clone(), 0..5).prop_map(SetExpr::And),
+                    proptest::collection::vec(inner.clone(), 0..5).prop_map(SetExpr::Or),
+                    (
+                        inner.clone(),
+                        proptest::collection::vec(inner.clone(), 0..4)
+                    )
+                        .prop_map(|(a, v)| SetExpr::Except(Box::new(a), v)),
+                    inner.prop_map(|a| SetExpr::Not(Box::new(a))),
+                ]
+            },
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn compiled_tests_mean_what_the_expression_means(e in arb_expr()) {
+            let mut groups = 0;
+            let t = Test::of(&e, &bits(), &mut groups);
+            for mask in 0..16u64 {
+                prop_assert_eq!(t.holds(mask), meaning(&e, mask), "{:?} on {:b}", e, mask);
+            }
+        }
+    }
+
     #[test]
     fn percentages_keep_three_significant_digits() {
         assert_eq!(super::percent(0.01), "1.00%");

@@ -3,6 +3,12 @@
 //! nom recognises the tokens (words, numbers, quoted strings, dates); the structure is plain
 //! recursive descent so each failure can say, at a byte offset, what it found and what it
 //! expected, and suggest the keyword a misspelling was probably meant to be.
+//!
+//! No text may exhaust the stack or the clock: recursion happens only where the statement nests
+//! (a parenthesised group, `EXACT`, `EXPLAIN`), and a counter refuses nesting deeper than
+//! [`MAX_DEPTH`], like sqlparser-rs's recursion limit; chains of one operator are read in a loop
+//! into one n-ary node, so their length costs time in proportion and no stack at all; and a
+//! statement longer than [`MAX_STATEMENT_BYTES`] is refused before it is read.
 
 use super::ast::{Date, Range, SetExpr, Statement, Unit};
 use nom::bytes::complete::{tag, take_while, take_while1};
@@ -80,6 +86,20 @@ pub fn is_keyword(word: &str) -> bool {
 /// The largest number accepted for `TOP`, `SAMPLE` and `LAST`.
 pub const MAX_NUMBER: u64 = 1_000_000_000;
 
+/// How deeply a statement may nest: each `(` (so each `NOT (`) and each `EXACT` or `EXPLAIN`
+/// opens a level. Far beyond any query a person writes, and low enough that parsing, planning,
+/// printing and dropping a statement this deep fits a 256 KiB thread stack.
+pub const MAX_DEPTH: usize = 64;
+
+/// The longest statement accepted, in bytes (256 KiB): an `OR` of a few thousand 40-hex-digit
+/// tag values fits; the work a set expression costs grows in proportion to its length, so this
+/// bounds it.
+pub const MAX_STATEMENT_BYTES: usize = 256 * 1024;
+
+/// The longest offending word quoted whole in an error; longer ones are cut, so an error about
+/// a 100 KB word stays one readable line.
+const MAX_FOUND_CHARS: usize = 40;
+
 type R<'a, T> = IResult<&'a str, T>;
 
 fn word_char(c: char) -> bool {
@@ -129,6 +149,12 @@ fn levenshtein(a: &str, b: &str) -> usize {
 
 /// The closest of `options` to `word`, if it is close enough to be a likely misspelling.
 fn suggest(word: &str, options: &[&str]) -> Option<String> {
+    // Only a word within two letters of a keyword's length can be within distance two, so a
+    // long word costs no edit-distance table.
+    let longest = options.iter().map(|o| o.len()).max().unwrap_or(0);
+    if word.len() > 4 * (longest + 2) || word.chars().count() > longest + 2 {
+        return None;
+    }
     let upper = word.to_ascii_uppercase();
     options
         .iter()
@@ -138,9 +164,23 @@ fn suggest(word: &str, options: &[&str]) -> Option<String> {
         .map(|(_, o)| o.to_string())
 }
 
+/// `word`, or its first [`MAX_FOUND_CHARS`] characters and its length, quoted or not.
+fn clip(word: &str, quote: &str) -> String {
+    match word.char_indices().nth(MAX_FOUND_CHARS) {
+        Some((cut, _)) => format!("{quote}{}…{quote} ({} bytes)", &word[..cut], word.len()),
+        None => format!("{quote}{word}{quote}"),
+    }
+}
+
+fn quote_found(word: &str) -> String {
+    clip(word, "'")
+}
+
 struct Parser<'a> {
     src: &'a str,
     pos: usize,
+    /// Levels of nesting open at `pos` (see [`MAX_DEPTH`]).
+    depth: usize,
 }
 
 impl<'a> Parser<'a> {
@@ -160,7 +200,7 @@ impl<'a> Parser<'a> {
 
     fn found(&self) -> String {
         match bare_word(self.rest()) {
-            Ok((_, w)) => format!("'{w}'"),
+            Ok((_, w)) => quote_found(w),
             Err(_) => match self.rest().chars().next() {
                 Some(c) => format!("'{c}'"),
                 None => "the end of the statement".to_string(),
@@ -223,7 +263,7 @@ impl<'a> Parser<'a> {
         if n == 0 || n > MAX_NUMBER {
             return Err(self.error_at(
                 start,
-                digits.to_string(),
+                clip(digits, ""),
                 format!("{what} between 1 and {MAX_NUMBER}"),
                 None,
             ));
@@ -268,7 +308,7 @@ impl<'a> Parser<'a> {
         let bad = |p: &Self, why: &str| {
             p.error_at(
                 start,
-                format!("'{word}'"),
+                quote_found(word),
                 format!("a date YYYY-MM-DD or YYYY-MM-DDTHH{why}"),
                 None,
             )
@@ -356,28 +396,62 @@ impl<'a> Parser<'a> {
         Ok(Range::Between { from, to })
     }
 
-    fn set(&mut self) -> Result<SetExpr, SyntaxError> {
-        let mut left = self.set_and()?;
-        while self.keyword("OR") {
-            let right = self.set_and()?;
-            left = SetExpr::Or(Box::new(left), Box::new(right));
+    /// Opens a level of nesting at `at` (the byte of the `(`, `EXACT` or `EXPLAIN`), or refuses.
+    fn enter(&mut self, at: usize, what: &str) -> Result<(), SyntaxError> {
+        if self.depth >= MAX_DEPTH {
+            return Err(self.error_at(
+                at,
+                format!("{what} opening level {} of nesting", self.depth + 1),
+                format!(
+                    "at most {MAX_DEPTH} levels of nesting (each '(' and each EXACT or EXPLAIN opens one)"
+                ),
+                None,
+            ));
         }
-        Ok(left)
+        self.depth += 1;
+        Ok(())
     }
 
-    fn set_and(&mut self) -> Result<SetExpr, SyntaxError> {
-        let mut left = self.set_unary()?;
+    /// `and_expr { OR and_expr }`, as one `Or` of all the operands.
+    fn set(&mut self) -> Result<SetExpr, SyntaxError> {
+        let first = self.set_and()?;
+        if !self.keyword("OR") {
+            return Ok(first);
+        }
+        let mut operands = vec![first];
         loop {
-            if self.keyword("AND") {
-                let right = self.set_unary()?;
-                left = SetExpr::And(Box::new(left), Box::new(right));
-            } else if self.keyword("EXCEPT") {
-                let right = self.set_unary()?;
-                left = SetExpr::Except(Box::new(left), Box::new(right));
-            } else {
-                return Ok(left);
+            operands.push(self.set_and()?);
+            if !self.keyword("OR") {
+                return Ok(SetExpr::Or(operands));
             }
         }
+    }
+
+    /// `unary { (AND | EXCEPT) unary }`, as the `And` of the first operand and every `AND`
+    /// operand, minus each `EXCEPT` operand. For sets the order does not matter:
+    /// `((a − b) ∩ c) − d = (a ∩ c) − b − d`, so a chain of any mix is one flat node.
+    fn set_and(&mut self) -> Result<SetExpr, SyntaxError> {
+        let mut and = vec![self.set_unary()?];
+        let mut except = Vec::new();
+        loop {
+            if self.keyword("AND") {
+                and.push(self.set_unary()?);
+            } else if self.keyword("EXCEPT") {
+                except.push(self.set_unary()?);
+            } else {
+                break;
+            }
+        }
+        let base = if and.len() == 1 {
+            and.remove(0)
+        } else {
+            SetExpr::And(and)
+        };
+        Ok(if except.is_empty() {
+            base
+        } else {
+            SetExpr::Except(Box::new(base), except)
+        })
     }
 
     fn set_unary(&mut self) -> Result<SetExpr, SyntaxError> {
@@ -386,22 +460,29 @@ impl<'a> Parser<'a> {
             if !self.rest().starts_with('(') {
                 return Err(self.error("'(' after NOT"));
             }
-            return Ok(SetExpr::Not(Box::new(self.set_unary()?)));
+            return Ok(SetExpr::Not(Box::new(self.group()?)));
         }
         self.ws();
-        if let Some(r) = self.rest().strip_prefix('(') {
-            self.advance_to(r);
-            let inner = self.set()?;
-            self.ws();
-            match self.rest().strip_prefix(')') {
-                Some(r) => {
-                    self.advance_to(r);
-                    Ok(inner)
-                }
-                None => Err(self.error("')' to close the group")),
-            }
+        if self.rest().starts_with('(') {
+            self.group()
         } else {
             self.tag()
+        }
+    }
+
+    /// `( set )`, with the `(` next.
+    fn group(&mut self) -> Result<SetExpr, SyntaxError> {
+        self.enter(self.pos, "'('")?;
+        self.pos += 1;
+        let inner = self.set()?;
+        self.ws();
+        match self.rest().strip_prefix(')') {
+            Some(r) => {
+                self.advance_to(r);
+                self.depth -= 1;
+                Ok(inner)
+            }
+            None => Err(self.error("')' to close the group")),
         }
     }
 
@@ -431,7 +512,36 @@ impl<'a> Parser<'a> {
         }
     }
 
+    /// `{ EXACT | EXPLAIN } statement`: the prefixes are read in a loop, each opening a level of
+    /// nesting, and wrapped around the statement they lead to.
     fn statement(&mut self) -> Result<Statement, SyntaxError> {
+        let mut prefixes = Vec::new();
+        loop {
+            self.ws();
+            let at = self.pos;
+            let explain = if self.keyword("EXPLAIN") {
+                true
+            } else if self.keyword("EXACT") {
+                false
+            } else {
+                break;
+            };
+            self.enter(at, if explain { "EXPLAIN" } else { "EXACT" })?;
+            prefixes.push(explain);
+        }
+        let mut st = self.simple_statement()?;
+        for explain in prefixes.into_iter().rev() {
+            st = if explain {
+                Statement::Explain(Box::new(st))
+            } else {
+                Statement::Exact(Box::new(st))
+            };
+        }
+        Ok(st)
+    }
+
+    /// One statement after its `EXACT` and `EXPLAIN` prefixes.
+    fn simple_statement(&mut self) -> Result<Statement, SyntaxError> {
         self.ws();
         let start = self.pos;
         let Some(word) = self.peek_word() else {
@@ -442,8 +552,6 @@ impl<'a> Parser<'a> {
             self.pos += word.len();
         }
         Ok(match upper.as_str() {
-            "EXPLAIN" => Statement::Explain(Box::new(self.statement()?)),
-            "EXACT" => Statement::Exact(Box::new(self.statement()?)),
             "DISTINCT" => {
                 let item = self.item_word()?;
                 let set = self.on()?;
@@ -529,16 +637,35 @@ impl<'a> Parser<'a> {
                 Statement::SetNow(self.date()?)
             }
             _ => {
-                let found = format!("'{word}'");
+                let found = quote_found(word);
                 return Err(self.error_at(start, found, "a statement (DISTINCT, SEEN, COUNT, TOP, SAMPLE, EXACT, EXPLAIN, SHOW, INFO, HELP, SET)", suggest(word, STATEMENTS)));
             }
         })
     }
 }
 
-/// Parses one statement (an optional trailing `;` is allowed).
+/// Parses one statement (an optional trailing `;` is allowed). Any text gives `Ok` or `Err` in
+/// time and stack bounded by [`MAX_STATEMENT_BYTES`] and [`MAX_DEPTH`].
 pub fn parse(src: &str) -> Result<Statement, SyntaxError> {
-    let mut p = Parser { src, pos: 0 };
+    if src.len() > MAX_STATEMENT_BYTES {
+        // Keep only the accepted part: the error must not hold (or print) the whole input.
+        let cut = (0..=MAX_STATEMENT_BYTES)
+            .rev()
+            .find(|&i| src.is_char_boundary(i))
+            .unwrap_or(0);
+        return Err(SyntaxError {
+            offset: cut,
+            found: format!("a statement of {} bytes", src.len()),
+            expected: format!("a statement of at most {MAX_STATEMENT_BYTES} bytes"),
+            suggestion: None,
+            statement: src[..cut].to_string(),
+        });
+    }
+    let mut p = Parser {
+        src,
+        pos: 0,
+        depth: 0,
+    };
     let stmt = p.statement()?;
     p.ws();
     if let Some(r) = p.rest().strip_prefix(';') {
@@ -570,16 +697,16 @@ mod tests {
             ok("DISTINCT wallets ON chain:a AND chain:b"),
             Statement::Distinct {
                 item: "wallets".into(),
-                set: Some(SetExpr::And(
-                    Box::new(SetExpr::Tag {
+                set: Some(SetExpr::And(vec![
+                    SetExpr::Tag {
                         field: "chain".into(),
                         value: "a".into()
-                    }),
-                    Box::new(SetExpr::Tag {
+                    },
+                    SetExpr::Tag {
                         field: "chain".into(),
                         value: "b".into()
-                    }),
-                )),
+                    },
+                ])),
                 range: Range::Unspecified,
             }
         );
@@ -634,22 +761,23 @@ mod tests {
     fn precedence_and_binds_tighter_than_or() {
         let st = ok("DISTINCT wallets ON chain:a OR chain:b AND chain:c");
         let Statement::Distinct {
-            set: Some(SetExpr::Or(_, right)),
+            set: Some(SetExpr::Or(operands)),
             ..
         } = st
         else {
             panic!("{st:?}")
         };
-        assert!(matches!(*right, SetExpr::And(..)));
+        assert_eq!(operands.len(), 2);
+        assert!(matches!(operands[1], SetExpr::And(..)));
         let grouped = ok("DISTINCT wallets ON (chain:a OR chain:b) AND chain:c");
         let Statement::Distinct {
-            set: Some(SetExpr::And(left, _)),
+            set: Some(SetExpr::And(operands)),
             ..
         } = grouped
         else {
             panic!()
         };
-        assert!(matches!(*left, SetExpr::Or(..)));
+        assert!(matches!(operands[0], SetExpr::Or(..)));
     }
 
     #[test]
@@ -677,6 +805,255 @@ mod tests {
         assert!(parse("").is_err());
     }
 
+    /// Runs `f` on a thread with a 256 KiB stack, so recursion left per operand or per level
+    /// of nesting shows up here (as an abort of the test binary) and not in a service.
+    fn on_small_stack<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        std::thread::Builder::new()
+            .stack_size(256 * 1024)
+            .spawn(f)
+            .expect("spawn a thread")
+            .join()
+            .expect("the parser does not panic")
+    }
+
+    #[test]
+    fn nesting_past_the_limit_is_an_error_at_the_byte_that_passes_it() {
+        on_small_stack(|| {
+            let prefix = "DISTINCT wallets ON ";
+            for open in ["(", "NOT ("] {
+                let nest = |n: usize| format!("{prefix}{}chain:a{}", open.repeat(n), ")".repeat(n));
+                // The deepest accepted statement still prints and parses back.
+                let st = ok(&nest(MAX_DEPTH));
+                assert_eq!(parse(&st.to_string()), Ok(st.clone()));
+                // The '(' that opens level 65, whatever follows it.
+                let at = prefix.len() + MAX_DEPTH * open.len() + open.len() - 1;
+                for n in [MAX_DEPTH + 1, 8_000, 20_000] {
+                    let e = parse(&nest(n)).expect_err("too deep");
+                    assert_eq!(e.offset, at, "{open} x {n}: {e}");
+                    assert!(
+                        e.to_string().contains("at most 64 levels of nesting"),
+                        "{e}"
+                    );
+                    assert!(e.found.contains("level 65"), "{e}");
+                }
+            }
+            let e = parse(&"(".repeat(100_000)).expect_err("not a statement");
+            assert_eq!(e.offset, 0, "{e}");
+            let e = parse(&format!("{prefix}{}", "(".repeat(100_000))).expect_err("deep");
+            assert_eq!(e.offset, prefix.len() + MAX_DEPTH, "{e}");
+
+            // EXPLAIN and EXACT open levels too, and count with the brackets after them.
+            let st = ok(&format!("{}COUNT", "EXPLAIN ".repeat(MAX_DEPTH)));
+            assert_eq!(parse(&st.to_string()), Ok(st));
+            for n in [MAX_DEPTH + 1, 8_000] {
+                let e = parse(&format!("{}COUNT", "EXPLAIN ".repeat(n))).expect_err("deep");
+                assert_eq!(e.offset, MAX_DEPTH * "EXPLAIN ".len(), "{e}");
+                assert_eq!(e.found, "EXPLAIN opening level 65 of nesting");
+            }
+            let mixed = format!(
+                "EXPLAIN EXACT {prefix}{}chain:a{}",
+                "(".repeat(MAX_DEPTH - 1),
+                ")".repeat(MAX_DEPTH - 1)
+            );
+            let e = parse(&mixed).expect_err("two prefixes and 63 brackets");
+            assert_eq!(
+                e.offset,
+                "EXPLAIN EXACT ".len() + prefix.len() + MAX_DEPTH - 2
+            );
+        });
+    }
+
+    #[test]
+    fn long_chains_are_one_flat_node_that_prints_back_in_time_and_stack() {
+        on_small_stack(|| {
+            let tag = |i: usize| SetExpr::Tag {
+                field: "c".into(),
+                value: (i % 10).to_string(),
+            };
+            let chain = |op: &str, n: usize| {
+                let terms: Vec<String> = (0..n).map(|i| format!("c:{}", i % 10)).collect();
+                format!("COUNT ON {}", terms.join(&format!(" {op} ")))
+            };
+            // 30,000 operands, 240 KB: under the size limit, so it must be read, and flat.
+            let text = chain("AND", 30_000);
+            let st = ok(&text);
+            let Statement::Count {
+                set: Some(SetExpr::And(v)),
+                ..
+            } = &st
+            else {
+                panic!("not one AND node")
+            };
+            assert_eq!(v.len(), 30_000);
+            assert!(v.iter().enumerate().all(|(i, e)| *e == tag(i)));
+            assert_eq!(st.to_string(), text);
+            assert_eq!(parse(&st.to_string()), Ok(st.clone()));
+            drop(st.clone());
+
+            let st = ok(&chain("OR", 30_000));
+            assert!(
+                matches!(&st, Statement::Count { set: Some(SetExpr::Or(v)), .. } if v.len() == 30_000)
+            );
+
+            // AND and EXCEPT alternating: the AND operands, minus each EXCEPT operand.
+            let terms: Vec<String> = (0..20_000).map(|i| format!("c:{}", i % 10)).collect();
+            let mut text = format!("COUNT ON {}", terms[0]);
+            for (i, t) in terms.iter().enumerate().skip(1) {
+                text.push_str(if i % 2 == 1 { " EXCEPT " } else { " AND " });
+                text.push_str(t);
+            }
+            let st = ok(&text);
+            let Statement::Count {
+                set: Some(SetExpr::Except(base, minus)),
+                ..
+            } = &st
+            else {
+                panic!("not one EXCEPT node")
+            };
+            assert!(matches!(&**base, SetExpr::And(v) if v.len() == 10_000));
+            assert_eq!(minus.len(), 10_000);
+            assert_eq!(parse(&st.to_string()), Ok(st.clone()));
+        });
+    }
+
+    #[test]
+    fn statements_past_the_size_limit_are_refused_at_the_limit() {
+        let fits = format!("COUNT ON c:a{}", " ".repeat(MAX_STATEMENT_BYTES - 12));
+        assert_eq!(fits.len(), MAX_STATEMENT_BYTES);
+        assert!(parse(&fits).is_ok());
+        let e = parse(&format!("{fits} ")).expect_err("one byte over");
+        assert_eq!(e.offset, MAX_STATEMENT_BYTES);
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "syntax error at byte {MAX_STATEMENT_BYTES}: expected a statement of at most \
+                 {MAX_STATEMENT_BYTES} bytes, found a statement of {} bytes",
+                MAX_STATEMENT_BYTES + 1
+            )
+        );
+        assert!(e.statement.len() <= MAX_STATEMENT_BYTES);
+        // Cut on a character boundary, so the caret can be drawn.
+        let wide = "é".repeat(MAX_STATEMENT_BYTES / 2 + 1);
+        let e = parse(&wide).expect_err("over");
+        assert!(wide.is_char_boundary(e.offset) && e.offset <= MAX_STATEMENT_BYTES);
+        assert!(e.caret().ends_with('^'));
+    }
+
+    #[test]
+    fn a_huge_word_is_quoted_cut_in_the_error() {
+        let word = "x".repeat(100_000);
+        let e = parse(&word).expect_err("not a statement");
+        let msg = e.to_string();
+        assert!(msg.len() < 300, "{msg}");
+        assert!(
+            msg.contains(&format!("'{}…' (100000 bytes)", "x".repeat(40))),
+            "{msg}"
+        );
+        let e = parse(&format!("TOP {} wallets", "9".repeat(50_000))).expect_err("too big");
+        assert!(e.to_string().len() < 300, "{e}");
+    }
+
+    /// An abusive input: a printed statement with pieces repeated thousands of times inserted
+    /// at random places (deep nests, long chains, stray brackets and quotes, random text), and
+    /// maybe cut short, up to 100 KB.
+    fn arb_abuse() -> impl Strategy<Value = String> {
+        const MAX: usize = 100_000;
+        let piece = prop_oneof![
+            Just("(".to_string()),
+            Just(")".to_string()),
+            Just("NOT (".to_string()),
+            Just("EXPLAIN ".to_string()),
+            Just("EXACT ".to_string()),
+            Just(" AND chain:a".to_string()),
+            Just(" OR chain:b".to_string()),
+            Just(" EXCEPT chain:c".to_string()),
+            Just(" AND (chain:a OR chain:b)".to_string()),
+            Just("'".to_string()),
+            "\\PC{1,6}",
+        ];
+        let boundary = |text: &str, at: prop::sample::Index| {
+            let at = at.index(text.len() + 1);
+            (0..=at)
+                .rev()
+                .find(|&i| text.is_char_boundary(i))
+                .unwrap_or(0)
+        };
+        (
+            arb_statement(),
+            proptest::collection::vec((any::<prop::sample::Index>(), piece, 1usize..25_000), 1..4),
+            proptest::option::of(any::<prop::sample::Index>()),
+        )
+            .prop_map(move |(st, inserts, cut)| {
+                let mut text = st.to_string();
+                for (at, piece, n) in inserts {
+                    let at = boundary(&text, at);
+                    let n = n.min((MAX.saturating_sub(text.len())) / piece.len());
+                    text.insert_str(at, &piece.repeat(n));
+                }
+                if let Some(cut) = cut {
+                    let at = boundary(&text, cut);
+                    text.truncate(at);
+                }
+                text
+            })
+    }
+
+    /// Well-formed abuse: a chain of n operands inside d brackets (d may pass the limit).
+    fn arb_deep_chain() -> impl Strategy<Value = String> {
+        (
+            0usize..(2 * MAX_DEPTH),
+            1usize..8_000,
+            prop_oneof![Just("AND"), Just("OR"), Just("EXCEPT")],
+            any::<bool>(),
+        )
+            .prop_map(|(d, n, op, not)| {
+                let open = if not { "NOT (" } else { "(" };
+                let terms: Vec<String> = (0..n).map(|i| format!("chain:{}", i % 3)).collect();
+                format!(
+                    "DISTINCT wallets ON {}{}{}",
+                    open.repeat(d),
+                    terms.join(&format!(" {op} ")),
+                    ")".repeat(d)
+                )
+            })
+    }
+
+    /// What any input must give: `Ok` with a statement that prints and parses back the same,
+    /// or an error at a character boundary inside the input, with a one-line message.
+    fn check_clean(text: String) -> Result<(), TestCaseError> {
+        on_small_stack(move || {
+            match parse(&text) {
+                Ok(st) => {
+                    let printed = st.to_string();
+                    prop_assert_eq!(parse(&printed), Ok(st), "{}", printed);
+                }
+                Err(e) => {
+                    prop_assert!(e.offset <= text.len(), "{e}");
+                    prop_assert!(text.is_char_boundary(e.offset), "{e}");
+                    let msg = e.to_string();
+                    prop_assert!(msg.len() < 400 && !msg.contains('\n'), "{msg}");
+                    prop_assert!(e.caret().ends_with('^'));
+                }
+            }
+            Ok(())
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(96))]
+
+        #[test]
+        fn abusive_inputs_up_to_100_kb_give_a_clean_ok_or_err(text in arb_abuse()) {
+            prop_assert!(text.len() <= 100_000);
+            check_clean(text)?;
+        }
+
+        #[test]
+        fn deep_nests_of_long_chains_give_a_clean_ok_or_err(text in arb_deep_chain()) {
+            check_clean(text)?;
+        }
+    }
+
     fn arb_value() -> impl Strategy<Value = String> {
         prop_oneof!["[a-z0-9]{1,8}", "0x[0-9a-f]{40}", "[ -~]{0,12}"]
     }
@@ -684,14 +1061,17 @@ mod tests {
     fn arb_set() -> BoxedStrategy<SetExpr> {
         let field = "[a-z]{1,6}".prop_filter("not a keyword", |f| !is_keyword(f));
         let leaf = (field, arb_value()).prop_map(|(field, value)| SetExpr::Tag { field, value });
-        leaf.prop_recursive(4, 16, 2, |inner| {
+        // Any nesting of the n-ary nodes, including a chain directly inside a chain of the same
+        // operator (which must print with brackets to come back the same).
+        leaf.prop_recursive(4, 24, 3, |inner| {
             prop_oneof![
-                (inner.clone(), inner.clone())
-                    .prop_map(|(a, b)| SetExpr::And(Box::new(a), Box::new(b))),
-                (inner.clone(), inner.clone())
-                    .prop_map(|(a, b)| SetExpr::Or(Box::new(a), Box::new(b))),
-                (inner.clone(), inner.clone())
-                    .prop_map(|(a, b)| SetExpr::Except(Box::new(a), Box::new(b))),
+                proptest::collection::vec(inner.clone(), 2..4).prop_map(SetExpr::And),
+                proptest::collection::vec(inner.clone(), 2..4).prop_map(SetExpr::Or),
+                (
+                    inner.clone(),
+                    proptest::collection::vec(inner.clone(), 1..3)
+                )
+                    .prop_map(|(a, v)| SetExpr::Except(Box::new(a), v)),
                 inner.prop_map(|a| SetExpr::Not(Box::new(a))),
             ]
         })

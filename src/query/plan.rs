@@ -89,7 +89,7 @@ fn shape_of(set: &Option<SetExpr>) -> Shape {
                 out.push(Slice::tag(field, value));
                 true
             }
-            SetExpr::Or(a, b) => tags(a, out) && tags(b, out),
+            SetExpr::Or(v) => v.iter().all(|e| tags(e, out)),
             _ => false,
         }
     }
@@ -98,13 +98,10 @@ fn shape_of(set: &Option<SetExpr>) -> Shape {
         Some(e) => {
             let mut out = Vec::new();
             if tags(e, &mut out) {
-                let mut unique: Vec<Slice> = Vec::new();
-                for s in out {
-                    if !unique.contains(&s) {
-                        unique.push(s);
-                    }
-                }
-                Shape::Union(unique)
+                // A set, not a scan of the list per tag: an OR of thousands of tags stays linear.
+                let mut seen = std::collections::HashSet::new();
+                out.retain(|s| seen.insert(s.clone()));
+                Shape::Union(out)
             } else {
                 Shape::Expr(e.clone())
             }
