@@ -356,6 +356,22 @@ mod tests {
     }
 
     #[test]
+    fn numbers_as_items_and_tags_keep_their_text() {
+        let e = parse(r#"{"time":1,"wallet":123456789012345678901234567890,"chain":1.50}"#)
+            .expect("valid");
+        assert_eq!(e.item, "123456789012345678901234567890");
+        assert_eq!(e.tags, vec![("chain".to_string(), "1.50".to_string())]);
+        let e = parse(r#"{"time":1,"wallet":-1E+3}"#).expect("valid");
+        assert_eq!(e.item, "-1E+3");
+        // Escapes in a string are still decoded; times still read as numbers.
+        let e = parse(r#"{"time":1764547200.5,"wallet":"a\"b\\c"}"#).expect("valid");
+        assert_eq!((e.item.as_str(), e.time), ("a\"b\\c", 1_764_547_200_500));
+        let e = parse(r#"{"time":99999999999999999999,"wallet":"0xa"}"#).expect_err("range");
+        assert_eq!(e.field.as_deref(), Some("time"));
+        assert!(e.reason.contains("out of range"), "{e}");
+    }
+
+    #[test]
     fn every_bad_line_names_its_line_field_and_reason() {
         let cases = [
             (

@@ -362,6 +362,76 @@ mod tests {
     }
 
     #[test]
+    fn times_without_an_offset_are_read_in_the_zone_and_say_so() {
+        let utc = 1_788_325_200_000; // 2026-09-02T05:00:00Z
+        let read = |s: &str, z: &str| from_text_in(s, TimeUnit::Auto, z.parse().expect(z));
+        for text in [
+            "2026-09-02 05:00:00",
+            "2026-09-02T05:00:00",
+            "2026-09-02 05:00",
+            "2026-09-02T05:00:00.000",
+        ] {
+            assert_eq!(
+                read(text, "UTC"),
+                Ok(Stamp {
+                    millis: utc,
+                    zoned: true
+                }),
+                "{text}"
+            );
+        }
+        let hour = 3_600_000;
+        assert_eq!(
+            read("2026-09-02 05:00:00", "+02:00").map(|t| t.millis),
+            Ok(utc - 2 * hour)
+        );
+        assert_eq!(
+            read("2026-09-02 05:00:00", "-0530").map(|t| t.millis),
+            Ok(utc + 11 * hour / 2)
+        );
+        // Berlin: summer time (+2) in September, standard time (+1) in January.
+        assert_eq!(
+            read("2026-09-02 05:00:00", "europe/berlin").map(|t| t.millis),
+            Ok(utc - 2 * hour)
+        );
+        assert_eq!(
+            read("2026-01-15 12:00:00", "Europe/Berlin").map(|t| t.millis),
+            Ok(1_768_478_400_000 - hour) // 2026-01-15T12:00:00Z minus one hour
+        );
+        // When the clocks go back, 02:30 happens twice: the first (summer time) is taken.
+        assert_eq!(
+            read("2026-10-25 02:30:00", "Europe/Berlin").map(|t| t.millis),
+            Ok(1_792_895_400_000 - 2 * hour) // 2026-10-25T02:30:00Z minus two hours
+        );
+        assert!(read("2026-03-29 02:30:00", "Europe/Berlin")
+            .expect_err("skipped")
+            .contains("does not exist in Europe/Berlin"));
+        // An offset in the text wins over the zone; so do numbers.
+        for (text, millis) in [
+            ("2026-09-02 05:00:00Z", utc),
+            ("2026-09-02 07:00:00+02:00", utc),
+            ("1788325200", utc),
+        ] {
+            assert_eq!(
+                read(text, "Asia/Tokyo"),
+                Ok(Stamp {
+                    millis,
+                    zoned: false
+                }),
+                "{text}"
+            );
+        }
+        for bad in ["Mars/Olympus", "+24:00", "+2", "0200", "+02:0"] {
+            assert!(bad.parse::<Zone>().is_err(), "{bad}");
+        }
+        assert_eq!("Z".parse::<Zone>(), Ok(Zone::Utc));
+        assert_eq!(
+            "+02".parse::<Zone>().map(|z| z.to_string()),
+            Ok("+02:00".into())
+        );
+    }
+
+    #[test]
     fn rejects_what_is_not_a_time_and_says_why() {
         for bad in ["yesterday", "2025-13-01T00:00:00Z", "12:00", "", "0x1f"] {
             let e = from_text(bad, TimeUnit::Auto).expect_err(bad);
