@@ -4,7 +4,7 @@
 
 use clap::{Args, Parser, Subcommand};
 use sketchdb::gen::{self, GenOptions, StreamKind};
-use sketchdb::ingest::{self, Format, Mapping, TimeUnit};
+use sketchdb::ingest::{self, Format, Mapping, TimeUnit, Zone};
 use sketchdb::query::Session;
 use sketchdb::shell::{self, ShellOptions};
 use sketchdb::sketch::SketchConfig;
@@ -117,6 +117,11 @@ struct InitArgs {
     /// Drop raw events older than this many days (sketches are kept)
     #[arg(long, value_name = "DAYS")]
     retention_days: Option<u32>,
+    /// Lowercase every item on the way in, and item literals in queries (SEEN 0xABC finds
+    /// 0xabc): for wallets written in mixed case (EIP-55 checksums). Kept in the store, so
+    /// every later ingest and query does the same
+    #[arg(long)]
+    lowercase_items: bool,
 }
 
 #[derive(Args)]
@@ -127,21 +132,32 @@ struct IngestArgs {
     /// Input format [default: csv for *.csv files, else jsonl]
     #[arg(long, value_name = "jsonl|csv")]
     format: Option<Format>,
-    /// The field holding the event time (RFC 3339, Unix seconds or milliseconds)
+    /// The field holding the event time (RFC 3339, a date and time without an offset, Unix
+    /// seconds or milliseconds)
     #[arg(long, value_name = "F", default_value = "time")]
     time_field: String,
     /// How to read numeric times
     #[arg(long, value_name = "auto|s|ms", default_value = "auto")]
     time_unit: TimeUnit,
+    /// The time zone of times written without an offset (2026-09-02 05:00:00): UTC, an offset
+    /// such as +02:00, or an IANA name such as Europe/Berlin. Times with an offset or Z, and
+    /// numeric times, do not depend on it
+    #[arg(
+        long,
+        value_name = "ZONE",
+        default_value = "UTC",
+        allow_hyphen_values = true
+    )]
+    timezone: Zone,
     /// Read store field STORE from input field INPUT, e.g. --field wallet=from (repeatable)
     #[arg(long = "field", value_name = "STORE=INPUT")]
     fields: Vec<String>,
     /// Ingest the good lines and report the bad ones instead of rejecting the input
     #[arg(long)]
     skip_bad: bool,
-    /// CSV field delimiter
-    #[arg(long, value_name = "C", default_value = ",")]
-    delimiter: char,
+    /// CSV field delimiter: one ASCII character, or \t or tab for a tab
+    #[arg(long, value_name = "C", default_value = ",", value_parser = parse_delimiter)]
+    delimiter: u8,
     /// No progress bar, even on a terminal
     #[arg(long, short)]
     quiet: bool,
@@ -194,6 +210,19 @@ fn parse_bucket(s: &str) -> Result<BucketWidth, String> {
         _ => Err(format!(
             "'{s}' is not a bucket width (expected day or hour)"
         )),
+    }
+}
+
+fn parse_delimiter(s: &str) -> Result<u8, String> {
+    match s {
+        "\\t" | "tab" | "TAB" | "\t" => Ok(b'\t'),
+        _ => match s.as_bytes() {
+            [b] if b.is_ascii() && !matches!(b, b'"' | b'\n' | b'\r') => Ok(*b),
+            _ => Err(format!(
+                "'{s}' is not a delimiter (expected one ASCII character other than a quote or a \
+newline, or \\t or tab for a tab)"
+            )),
+        },
     }
 }
 
@@ -316,15 +345,22 @@ fn init(path: &Path, a: InitArgs) -> Outcome {
         bucket: a.bucket,
         sketches,
         retention_ms: a.retention_days.map(|d| i64::from(d) * DAY_MS),
+        lowercase_items: a.lowercase_items,
         ..Config::default()
     };
     config.validate()?;
+    refuse_foreign_directory(path)?;
     let store = Store::create(path, config)?;
     let c = store.config();
     println!(
-        "created {} (item: {}; tags: {}; buckets: {:?})",
+        "created {} (item: {}{}; tags: {}; buckets: {:?})",
         path.display(),
         c.item_field,
+        if c.lowercase_items {
+            ", lowercased"
+        } else {
+            ""
+        },
         if c.tag_fields.is_empty() {
             "none".to_string()
         } else {
@@ -335,11 +371,55 @@ fn init(path: &Path, a: InitArgs) -> Outcome {
     Ok(())
 }
 
+/// `init` makes a store in a new or empty directory only: sled would otherwise put its files
+/// among someone else's. A directory that already holds a store is left to `Store::create`,
+/// which says so.
+fn refuse_foreign_directory(path: &Path) -> Outcome {
+    if path.exists() && !path.is_dir() {
+        return Err(Failure(format!(
+            "{} is a file, not a directory: give --db a new or empty directory",
+            path.display()
+        )));
+    }
+    let Ok(entries) = std::fs::read_dir(path) else {
+        return Ok(());
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                format!("{name}/")
+            } else {
+                name
+            }
+        })
+        .collect();
+    // sled's own files: a store (or one whose creation was cut short) lives here.
+    if names.is_empty() || names.iter().any(|n| n == "conf" || n == "db") {
+        return Ok(());
+    }
+    names.sort();
+    let shown = names.len().min(5);
+    let more = if names.len() > shown {
+        format!(" and {} more", names.len() - shown)
+    } else {
+        String::new()
+    };
+    Err(Failure(format!(
+        "{} is not empty and not a sketchdb store (it holds {}{more}): give --db a new or \
+empty directory",
+        path.display(),
+        names[..shown].join(", ")
+    )))
+}
+
 fn ingest_cmd(path: &Path, a: IngestArgs) -> Outcome {
     let store = open(path)?;
     let mut mapping = Mapping::for_config(store.config());
     mapping.time = a.time_field;
     mapping.unit = a.time_unit;
+    mapping.zone = a.timezone;
     for f in &a.fields {
         let (store_field, input) = f.split_once('=').ok_or_else(|| {
             Failure(format!(
@@ -350,12 +430,6 @@ fn ingest_cmd(path: &Path, a: IngestArgs) -> Outcome {
             .rename(store.config(), store_field.trim(), input.trim())
             .map_err(|e| Failure(format!("--field '{f}': {e}")))?;
     }
-    let delimiter = u8::try_from(a.delimiter).map_err(|_| {
-        Failure(format!(
-            "--delimiter '{}' must be one ASCII character",
-            a.delimiter
-        ))
-    })?;
     let from_stdin = a.input == "-";
     let format = a
         .format
@@ -376,7 +450,7 @@ fn ingest_cmd(path: &Path, a: IngestArgs) -> Outcome {
         format,
         mapping: Some(mapping),
         skip_bad: a.skip_bad,
-        delimiter: Some(delimiter),
+        delimiter: Some(a.delimiter),
         total_bytes: total,
     };
     let show = !a.quiet && std::io::stderr().is_terminal();
@@ -390,11 +464,18 @@ fn ingest_cmd(path: &Path, a: IngestArgs) -> Outcome {
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
-    let s = result?;
+    let s = match result {
+        Ok(s) => s,
+        Err(e) if format == Format::Jsonl && e.looks_like_csv() => {
+            return Err(Failure(format!("{e}; pass --format csv to read it as CSV")));
+        }
+        Err(e) => return Err(e.into()),
+    };
     let mut out = format!(
-        "ingested {} events from {} lines into {} bucket{} in {:.2} s ({} events/s); tags seen: {}",
+        "ingested {} events from {} lines{} into {} bucket{} in {:.2} s ({} events/s); tags seen: {}",
         thousands(s.events as f64),
         thousands(s.lines as f64),
+        line_breakdown(&s),
         thousands(s.buckets as f64),
         if s.buckets == 1 { "" } else { "s" },
         s.elapsed.as_secs_f64(),
@@ -416,9 +497,39 @@ fn ingest_cmd(path: &Path, a: IngestArgs) -> Outcome {
         for e in &s.first_errors {
             out.push_str(&format!("\n  {e}"));
         }
+        if format == Format::Jsonl && s.first_errors.first().is_some_and(|b| b.looks_like_csv) {
+            out.push_str("\n  (pass --format csv to read the input as CSV)");
+        }
+    }
+    if s.zoned > 0 {
+        out.push_str(&format!(
+            "\n{} time{} without an offset read as {} (--timezone)",
+            thousands(s.zoned as f64),
+            if s.zoned == 1 { "" } else { "s" },
+            s.zone
+        ));
     }
     println!("{out}");
     Ok(())
+}
+
+/// The lines that are not events, so that the counts add up: "(1 header, 2 blank, 3 skipped)".
+fn line_breakdown(s: &ingest::Summary) -> String {
+    let parts: Vec<String> = [
+        (s.header, "header"),
+        (s.blank, "blank"),
+        (s.skipped, "skipped"),
+        (s.continued, "inside quoted fields"),
+    ]
+    .iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, what)| format!("{} {what}", thousands(*n as f64)))
+    .collect();
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", parts.join(", "))
+    }
 }
 
 fn progress_bar(total: Option<u64>) -> indicatif::ProgressBar {
@@ -499,17 +610,36 @@ fn query(path: &Path, a: QueryArgs) -> Outcome {
         return ignore_closed_pipe(writeln!(out, "{}", render(&answer)).map_err(|e| e.to_string()));
     }
     let mut failed = 0u64;
-    for (n, line) in std::io::stdin().lock().lines().enumerate() {
-        let line = line.map_err(|e| Failure(format!("reading stdin: {e}")))?;
-        let text = line.trim();
-        if text.is_empty() || text.starts_with("--") {
-            continue;
+    let mut input = std::io::stdin().lock();
+    let mut bytes = Vec::new();
+    for n in 0u64.. {
+        bytes.clear();
+        let read = input
+            .read_until(b'\n', &mut bytes)
+            .map_err(|e| Failure(format!("reading stdin: {e}")))?;
+        if read == 0 {
+            break;
         }
-        let written = match session.query(text) {
+        // A line that is not UTF-8 is answered with an error like any bad statement, and the
+        // lines after it still run.
+        let answer = match std::str::from_utf8(&bytes) {
+            Ok(line) => {
+                let text = line.trim();
+                if text.is_empty() || text.starts_with("--") {
+                    continue;
+                }
+                session.query(text).map_err(|e| e.to_string())
+            }
+            Err(e) => Err(format!(
+                "the statement is not UTF-8 text (invalid byte at column {})",
+                e.valid_up_to() + 1
+            )),
+        };
+        let written = match answer {
             Ok(answer) => writeln!(out, "{}", render(&answer)),
             Err(e) => {
                 failed += 1;
-                let msg = one_line(&e.to_string());
+                let msg = one_line(&e);
                 eprintln!("sketchdb: line {}: {msg}", n + 1);
                 if a.json {
                     let obj = serde_json::json!({"kind": "error", "line": n + 1, "error": msg});

@@ -17,20 +17,25 @@ pub(crate) struct Columns {
 }
 
 impl Columns {
-    /// Finds the mapped fields in the header (line 1).
-    pub(crate) fn from_header(header: &::csv::ByteRecord, map: &Mapping) -> Result<Self, BadLine> {
+    /// Finds the mapped fields in the header (on line `line`, 1 unless blank lines precede it).
+    pub(crate) fn from_header(
+        header: &::csv::ByteRecord,
+        line: u64,
+        map: &Mapping,
+    ) -> Result<Self, BadLine> {
         let names: Vec<String> = header
             .iter()
             .map(|b| String::from_utf8_lossy(b).trim().to_string())
             .collect();
         let find = |name: &str| names.iter().position(|n| n == name);
         let missing = |field: &str, what: &str| BadLine {
-            line: 1,
+            line,
             field: Some(field.to_string()),
             reason: format!(
                 "the header has no {what} column '{field}' (columns: {})",
                 names.join(", ")
             ),
+            looks_like_csv: false,
         };
         let time = find(&map.time).ok_or_else(|| missing(&map.time, "time"))?;
         let item = find(&map.item).ok_or_else(|| missing(&map.item, "item"))?;
@@ -55,18 +60,20 @@ impl Columns {
         })
     }
 
-    /// Fills `event` from one record.
+    /// Fills `event` from one record; `Ok(true)` when its time had no offset and was read in
+    /// the mapping's zone.
     pub(crate) fn parse(
         &self,
         record: &::csv::ByteRecord,
         line: u64,
         map: &Mapping,
         event: &mut Event,
-    ) -> Result<(), BadLine> {
+    ) -> Result<bool, BadLine> {
         let bad = |field: Option<&str>, reason: String| BadLine {
             line,
             field: field.map(str::to_string),
             reason,
+            looks_like_csv: false,
         };
         if record.len() != self.width {
             return Err(bad(
@@ -90,7 +97,9 @@ impl Columns {
                 "is empty (every event needs a time)".into(),
             ));
         }
-        event.time = time::from_text(t, map.unit).map_err(|r| bad(Some(&map.time), r))?;
+        let stamp =
+            time::from_text_in(t, map.unit, map.zone).map_err(|r| bad(Some(&map.time), r))?;
+        event.time = stamp.millis;
         let item = text(self.item, &map.item)?;
         if item.is_empty() {
             return Err(bad(Some(&map.item), "is empty".into()));
@@ -121,8 +130,21 @@ impl Columns {
         if !event.extra.is_empty() {
             event.extra.push('}');
         }
-        Ok(())
+        Ok(stamp.zoned)
     }
+}
+
+/// Whether a line that failed as JSON looks like a CSV header instead: it does not open a JSON
+/// value, and it has at least two names separated by a comma, semicolon or tab.
+pub(crate) fn looks_like_header(line: &[u8]) -> bool {
+    let text = line.trim_ascii();
+    if matches!(text.first(), None | Some(b'{' | b'[' | b'"')) {
+        return false;
+    }
+    [b',', b';', b'\t'].iter().any(|&d| {
+        let names: Vec<&[u8]> = text.split(|&b| b == d).collect();
+        names.len() >= 2 && names.iter().all(|n| !n.trim_ascii().is_empty())
+    })
 }
 
 #[cfg(test)]
@@ -136,13 +158,14 @@ mod tests {
             item: "from".into(),
             tags: vec![("chain".into(), "network".into())],
             unit: TimeUnit::Auto,
+            zone: crate::ingest::Zone::Utc,
         }
     }
 
     #[test]
     fn maps_columns_and_keeps_the_rest_as_strings() {
         let header = ::csv::ByteRecord::from(vec!["ts", "from", "network", "fee"]);
-        let cols = Columns::from_header(&header, &map()).expect("header");
+        let cols = Columns::from_header(&header, 1, &map()).expect("header");
         let mut e = Event::new(0, "", &[]);
         let rec = ::csv::ByteRecord::from(vec!["1764547200", "0xab", "a", "1.5"]);
         cols.parse(&rec, 2, &map(), &mut e).expect("row");
@@ -162,14 +185,14 @@ mod tests {
     #[test]
     fn bad_rows_and_headers_say_where_and_why() {
         let header = ::csv::ByteRecord::from(vec!["ts", "wallet"]);
-        let e = Columns::from_header(&header, &map())
+        let e = Columns::from_header(&header, 1, &map())
             .err()
             .expect("no 'from' column");
         assert_eq!((e.line, e.field.as_deref()), (1, Some("from")));
         assert!(e.reason.contains("columns: ts, wallet"), "{e}");
 
         let header = ::csv::ByteRecord::from(vec!["ts", "from", "network"]);
-        let cols = Columns::from_header(&header, &map()).expect("header");
+        let cols = Columns::from_header(&header, 1, &map()).expect("header");
         let mut ev = Event::new(0, "", &[]);
         let short = ::csv::ByteRecord::from(vec!["1", "0xab"]);
         let e = cols.parse(&short, 9, &map(), &mut ev).expect_err("short");

@@ -11,12 +11,13 @@ use std::borrow::Cow;
 use std::fmt;
 
 /// Fills `event` from one line (without its newline). On failure, says which field and why.
+/// `Ok(true)` when the time had no offset and was read in the mapping's zone.
 pub fn parse_line(
     line: &[u8],
     number: u64,
     map: &Mapping,
     event: &mut Event,
-) -> Result<(), BadLine> {
+) -> Result<bool, BadLine> {
     let mut ctx = Ctx {
         map,
         field: None,
@@ -43,12 +44,14 @@ pub fn parse_line(
             line: number,
             field,
             reason,
+            looks_like_csv: false,
         });
     }
     let bad = |field: &str, reason: String| BadLine {
         line: number,
         field: Some(field.to_string()),
         reason,
+        looks_like_csv: false,
     };
     let Some(time) = ctx.time else {
         return Err(bad(&map.time, "missing (every event needs a time)".into()));
@@ -61,8 +64,8 @@ pub fn parse_line(
     if !ctx.event.extra.is_empty() {
         ctx.event.extra.push('}');
     }
-    ctx.event.time = time;
-    Ok(())
+    ctx.event.time = time.millis;
+    Ok(time.zoned)
 }
 
 /// serde_json's message with the position as a column (every line is its own document, so
@@ -82,7 +85,7 @@ struct Ctx<'a> {
     field: Option<String>,
     /// Our own reason, when the failure is about meaning rather than syntax.
     problem: Option<String>,
-    time: Option<i64>,
+    time: Option<time::Stamp>,
     /// Whether the item was present and non-empty.
     item: Option<bool>,
     /// Tags set so far: the first `tags` of `event.tags` (the rest are a recycled event's).
@@ -119,10 +122,14 @@ impl<'de> Visitor<'de> for LineVisitor<'_, '_> {
                     return Err(ctx.fail(&key, "appears twice".into()));
                 }
                 let t = m.next_value::<TimeValue<'de>>()?;
+                let absolute = |millis| time::Stamp {
+                    millis,
+                    zoned: false,
+                };
                 let parsed = match t {
-                    TimeValue::Int(i) => time::from_integer(i, map.unit),
-                    TimeValue::Float(x) => time::from_number(x, map.unit),
-                    TimeValue::Text(s) => time::from_text(&s, map.unit),
+                    TimeValue::Int(i) => time::from_integer(i, map.unit).map(absolute),
+                    TimeValue::Float(x) => time::from_number(x, map.unit).map(absolute),
+                    TimeValue::Text(s) => time::from_text_in(&s, map.unit, map.zone),
                 };
                 match parsed {
                     Ok(ms) => ctx.time = Some(ms),
@@ -132,14 +139,14 @@ impl<'de> Visitor<'de> for LineVisitor<'_, '_> {
                 if ctx.item.is_some() {
                     return Err(ctx.fail(&key, "appears twice".into()));
                 }
-                match m.next_value::<Scalar<'de>>()? {
-                    Scalar::Text(s) => {
+                match m.next_value::<Scalar<'de>>()?.text() {
+                    Ok(Some(s)) => {
                         ctx.event.item.clear();
                         ctx.event.item.push_str(&s);
                         ctx.item = Some(!s.is_empty());
                     }
-                    Scalar::Null => ctx.item = Some(false),
-                    Scalar::Other(kind) => {
+                    Ok(None) => ctx.item = Some(false),
+                    Err(kind) => {
                         return Err(ctx.fail(
                             &key,
                             format!("is {kind}; the item must be a string or a number"),
@@ -149,9 +156,9 @@ impl<'de> Visitor<'de> for LineVisitor<'_, '_> {
             } else if let Some((store_field, _)) =
                 map.tags.iter().find(|(_, source)| **source == *key)
             {
-                match m.next_value::<Scalar<'de>>()? {
+                match m.next_value::<Scalar<'de>>()?.text() {
                     // An empty or null tag is no tag: the event still counts in the whole stream.
-                    Scalar::Text(s) if !s.is_empty() => {
+                    Ok(Some(s)) if !s.is_empty() => {
                         let set = &ctx.event.tags[..ctx.tags.min(ctx.event.tags.len())];
                         if set.iter().any(|(f, _)| f == store_field) {
                             return Err(ctx.fail(&key, "appears twice".into()));
@@ -159,8 +166,8 @@ impl<'de> Visitor<'de> for LineVisitor<'_, '_> {
                         super::set_tag(&mut ctx.event.tags, ctx.tags, store_field, &s);
                         ctx.tags += 1;
                     }
-                    Scalar::Text(_) | Scalar::Null => {}
-                    Scalar::Other(kind) => {
+                    Ok(_) => {}
+                    Err(kind) => {
                         return Err(ctx.fail(
                             &key,
                             format!("is {kind}; a tag must be a string or a number"),
@@ -204,52 +211,55 @@ impl<'de> de::Deserialize<'de> for Text<'de> {
     }
 }
 
-/// An item or tag value: text (numbers become their text), null, or something unusable.
+/// A value as written on the line, told apart by its first character. Numbers keep their exact
+/// text: a 30-digit wallet id stays itself instead of passing through `f64` (which would merge
+/// ids that differ past the 17th digit). Read through [`RawValue`] rather than a visitor's
+/// `visit_u64`/`visit_f64` for that reason, and because serde_json's `arbitrary_precision`
+/// (which this crate enables so that SAMPLE's JSON keeps every digit of the extra fields) hands
+/// numbers to `deserialize_any` visitors as a private one-entry map.
 enum Scalar<'de> {
     Text(Cow<'de, str>),
+    /// A JSON number, as written.
+    Number(&'de str),
     Null,
     Other(&'static str),
 }
 
 impl<'de> de::Deserialize<'de> for Scalar<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Scalar<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string or a number")
-            }
-            fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Scalar<'de>, E> {
-                Ok(Scalar::Text(Cow::Borrowed(s)))
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<Scalar<'de>, E> {
-                Ok(Scalar::Text(Cow::Owned(s.to_string())))
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Scalar<'de>, E> {
-                Ok(Scalar::Text(Cow::Owned(v.to_string())))
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Scalar<'de>, E> {
-                Ok(Scalar::Text(Cow::Owned(v.to_string())))
-            }
-            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Scalar<'de>, E> {
-                Ok(Scalar::Text(Cow::Owned(v.to_string())))
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<Scalar<'de>, E> {
-                Ok(Scalar::Null)
-            }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Scalar<'de>, E> {
-                Ok(Scalar::Other("a boolean"))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Scalar<'de>, A::Error> {
-                while m.next_entry::<de::IgnoredAny, de::IgnoredAny>()?.is_some() {}
-                Ok(Scalar::Other("an object"))
-            }
-            fn visit_seq<A: de::SeqAccess<'de>>(self, mut s: A) -> Result<Scalar<'de>, A::Error> {
-                while s.next_element::<de::IgnoredAny>()?.is_some() {}
-                Ok(Scalar::Other("an array"))
-            }
+        let raw = <&'de RawValue>::deserialize(d)?.get();
+        Ok(match raw.as_bytes().first() {
+            Some(b'"') => Scalar::Text(unquote(raw).map_err(de::Error::custom)?),
+            Some(b'-' | b'0'..=b'9') => Scalar::Number(raw),
+            Some(b'n') => Scalar::Null,
+            Some(b't' | b'f') => Scalar::Other("a boolean"),
+            Some(b'{') => Scalar::Other("an object"),
+            Some(b'[') => Scalar::Other("an array"),
+            _ => Scalar::Other("not a JSON value"),
+        })
+    }
+}
+
+impl<'de> Scalar<'de> {
+    /// The text of a string or a number; `None` for null.
+    fn text(self) -> Result<Option<Cow<'de, str>>, &'static str> {
+        match self {
+            Scalar::Text(s) => Ok(Some(s)),
+            Scalar::Number(n) => Ok(Some(Cow::Borrowed(n))),
+            Scalar::Null => Ok(None),
+            Scalar::Other(kind) => Err(kind),
         }
-        d.deserialize_any(V)
+    }
+}
+
+/// The contents of a JSON string literal (already checked by serde_json): borrowed when it has
+/// no escapes, unescaped otherwise.
+fn unquote(raw: &str) -> Result<Cow<'_, str>, serde_json::Error> {
+    let inner = &raw[1..raw.len() - 1];
+    if inner.contains('\\') {
+        serde_json::from_str::<String>(raw).map(Cow::Owned)
+    } else {
+        Ok(Cow::Borrowed(inner))
     }
 }
 
@@ -262,31 +272,22 @@ enum TimeValue<'de> {
 
 impl<'de> de::Deserialize<'de> for TimeValue<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = TimeValue<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(time::EXPECTED.trim_start_matches("expected "))
-            }
-            fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<TimeValue<'de>, E> {
-                Ok(TimeValue::Text(Cow::Borrowed(s)))
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<TimeValue<'de>, E> {
-                Ok(TimeValue::Text(Cow::Owned(s.to_string())))
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<TimeValue<'de>, E> {
-                Ok(TimeValue::Int(v))
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<TimeValue<'de>, E> {
-                i64::try_from(v)
-                    .map(TimeValue::Int)
-                    .map_err(|_| E::custom(format!("{v} is out of range for a time")))
-            }
-            fn visit_f64<E: de::Error>(self, v: f64) -> Result<TimeValue<'de>, E> {
-                Ok(TimeValue::Float(v))
-            }
+        let expected = || de::Error::custom(time::EXPECTED);
+        match Scalar::deserialize(d)? {
+            Scalar::Text(s) => Ok(TimeValue::Text(s)),
+            Scalar::Number(n) if !n.contains(['.', 'e', 'E']) => match n.parse::<i64>() {
+                Ok(i) => Ok(TimeValue::Int(i)),
+                Err(_) => Err(de::Error::custom(format!(
+                    "{} is out of range for a time",
+                    time::shorten(n)
+                ))),
+            },
+            Scalar::Number(n) => n
+                .parse::<f64>()
+                .map(TimeValue::Float)
+                .map_err(|_| expected()),
+            Scalar::Null | Scalar::Other(_) => Err(expected()),
         }
-        d.deserialize_any(V)
     }
 }
 
@@ -301,12 +302,13 @@ mod tests {
             item: "wallet".into(),
             tags: vec![("chain".into(), "chain".into())],
             unit: TimeUnit::Auto,
+            zone: crate::ingest::Zone::Utc,
         }
     }
 
     fn parse(line: &str) -> Result<Event, BadLine> {
         let mut e = Event::new(0, "", &[]);
-        parse_line(line.as_bytes(), 7, &map(), &mut e).map(|()| e)
+        parse_line(line.as_bytes(), 7, &map(), &mut e).map(|_| e)
     }
 
     #[test]
@@ -320,7 +322,7 @@ mod tests {
         };
         let mut e = Event::new(0, "", &[]);
         let mut read =
-            |line: &str| parse_line(line.as_bytes(), 1, &two_tags, &mut e).map(|()| e.clone());
+            |line: &str| parse_line(line.as_bytes(), 1, &two_tags, &mut e).map(|_| e.clone());
         let first =
             read(r#"{"time":1,"wallet":"0xa","chain":"a","kind":"bot","fee":1}"#).expect("valid");
         assert_eq!(first.tags.len(), 2);
@@ -351,6 +353,22 @@ mod tests {
         let e = parse(r#"{"wallet":12345,"time":1764547200000,"chain":null}"#).expect("valid");
         assert_eq!(e.item, "12345");
         assert!(e.tags.is_empty());
+    }
+
+    #[test]
+    fn numbers_as_items_and_tags_keep_their_text() {
+        let e = parse(r#"{"time":1,"wallet":123456789012345678901234567890,"chain":1.50}"#)
+            .expect("valid");
+        assert_eq!(e.item, "123456789012345678901234567890");
+        assert_eq!(e.tags, vec![("chain".to_string(), "1.50".to_string())]);
+        let e = parse(r#"{"time":1,"wallet":-1E+3}"#).expect("valid");
+        assert_eq!(e.item, "-1E+3");
+        // Escapes in a string are still decoded; times still read as numbers.
+        let e = parse(r#"{"time":1764547200.5,"wallet":"a\"b\\c"}"#).expect("valid");
+        assert_eq!((e.item.as_str(), e.time), ("a\"b\\c", 1_764_547_200_500));
+        let e = parse(r#"{"time":99999999999999999999,"wallet":"0xa"}"#).expect_err("range");
+        assert_eq!(e.field.as_deref(), Some("time"));
+        assert!(e.reason.contains("out of range"), "{e}");
     }
 
     #[test]

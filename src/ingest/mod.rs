@@ -7,20 +7,27 @@
 //! store only; it prints nothing (the caller gets [`Progress`] and a [`Summary`]).
 //!
 //! Parsing runs on its own thread, a batch ahead of the store, so a two-core machine reads
-//! and ingests at the same time.
+//! and ingests at the same time. Whatever ends the ingest early (a bad line, a store error, a
+//! panic in the store) stops the parser too, so an ingest always returns.
+//!
+//! Lines are physical lines (`\n`-terminated, with or without `\r`) counted from 1, in both
+//! formats; a CSV record that spans several lines (a quoted field holding a newline) is
+//! reported at the line it starts on. A UTF-8 byte-order mark at the start is skipped.
 
 pub mod csv;
 pub mod jsonl;
 pub mod time;
 
-pub use time::TimeUnit;
+pub use time::{TimeUnit, Zone};
 
 use crate::hash::{Item, ItemHashes};
-use crate::store::{BucketWidth, Config, Event, Store, StoreError};
+use crate::store::{BucketWidth, Config, Event, Import, Store, StoreError};
 use rustc_hash::{FxHashMap, FxHashSet};
+use std::cell::Cell;
 use std::fmt;
 use std::io::{BufRead, BufReader, Read};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -48,7 +55,8 @@ impl std::str::FromStr for Format {
     }
 }
 
-/// Which input field is which: the time, the item, and each store tag field's source.
+/// Which input field is which: the time, the item, and each store tag field's source; and how
+/// to read times.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Mapping {
     pub time: String,
@@ -56,6 +64,8 @@ pub struct Mapping {
     /// (store tag field, input field)
     pub tags: Vec<(String, String)>,
     pub unit: TimeUnit,
+    /// The zone of times written without an offset (UTC by default).
+    pub zone: Zone,
 }
 
 impl Mapping {
@@ -70,6 +80,7 @@ impl Mapping {
                 .map(|t| (t.clone(), t.clone()))
                 .collect(),
             unit: TimeUnit::Auto,
+            zone: Zone::Utc,
         }
     }
 
@@ -105,19 +116,27 @@ pub struct Options {
 /// A line that could not be read as an event.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BadLine {
-    /// 1-based line number in the input.
+    /// 1-based physical line number in the input (where the record starts, for a CSV record
+    /// over several lines).
     pub line: u64,
     /// The field at fault, when there is one.
     pub field: Option<String>,
     pub reason: String,
+    /// Read as JSONL, this is the first line and it looks like a CSV header: the input is
+    /// probably CSV.
+    pub looks_like_csv: bool,
 }
 
 impl fmt::Display for BadLine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.field {
-            Some(field) => write!(f, "line {}: field '{field}' {}", self.line, self.reason),
-            None => write!(f, "line {}: {}", self.line, self.reason),
+            Some(field) => write!(f, "line {}: field '{field}' {}", self.line, self.reason)?,
+            None => write!(f, "line {}: {}", self.line, self.reason)?,
         }
+        if self.looks_like_csv {
+            f.write_str(" (the input looks like CSV, not JSONL)")?;
+        }
+        Ok(())
     }
 }
 
@@ -135,6 +154,15 @@ pub enum IngestError {
         "the ingest thread stopped unexpectedly; nothing was ingested (the store is unchanged)"
     )]
     Worker,
+    #[error("internal error (please report): {0}; nothing was ingested (the store is unchanged)")]
+    Panic(String),
+}
+
+impl IngestError {
+    /// The input was read as JSONL but its first line looks like a CSV header.
+    pub fn looks_like_csv(&self) -> bool {
+        matches!(self, IngestError::Bad(b) if b.looks_like_csv)
+    }
 }
 
 /// How far an ingest has come, reported after every batch.
@@ -149,18 +177,32 @@ pub struct Progress {
     pub committing: bool,
 }
 
-/// What an ingest did.
+/// What an ingest did. Every physical line is one of: an event, a bad line skipped, a header
+/// line, a blank line, or a continuation line of a CSV record over several lines, so
+/// `lines == events + skipped + header + blank + continued`.
 #[derive(Clone, Debug, Default)]
 pub struct Summary {
     pub events: u64,
+    /// Physical lines in the input.
     pub lines: u64,
+    /// Bad lines left out under `skip_bad`.
     pub skipped: u64,
+    /// Lines of the CSV header (0 for JSONL).
+    pub header: u64,
+    /// Empty or whitespace-only lines.
+    pub blank: u64,
+    /// Lines after the first of CSV records that span several lines.
+    pub continued: u64,
     /// The first bad lines (at most [`REPORTED_ERRORS`]) when `skip_bad` let the rest in.
     pub first_errors: Vec<BadLine>,
     /// Distinct buckets the events fell in.
     pub buckets: usize,
     /// Distinct `field:value` tags the events carried, sorted.
     pub tags: Vec<String>,
+    /// The zone that times without an offset were read in.
+    pub zone: Zone,
+    /// Events whose time had no offset (read in `zone`).
+    pub zoned: u64,
     pub elapsed: Duration,
 }
 
@@ -178,13 +220,7 @@ enum Msg {
     },
     Bad(BadLine),
     Io(std::io::Error),
-    Done {
-        lines: u64,
-        skipped: u64,
-        first_errors: Vec<BadLine>,
-        buckets: usize,
-        tags: Vec<String>,
-    },
+    Done(Box<Summary>),
 }
 
 /// Sets tag `n` of a recycled event to `(field, value)`, reusing the strings already there: a
@@ -201,27 +237,57 @@ fn set_tag(tags: &mut Vec<(String, String)>, n: usize, field: &str, value: &str)
     }
 }
 
-/// Counts the bytes read through it, for progress.
-struct Counting<R> {
+/// Counts the bytes read through it (for progress), and stops reading once the store side has
+/// given up.
+struct Counting<'a, R> {
     inner: R,
     bytes: Arc<AtomicU64>,
+    stop: &'a AtomicBool,
 }
 
-impl<R: Read> Read for Counting<R> {
+impl<R: Read> Read for Counting<'_, R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.stop.load(Ordering::Relaxed) {
+            return Err(std::io::Error::other("the ingest was stopped"));
+        }
         let n = self.inner.read(buf)?;
         self.bytes.fetch_add(n as u64, Ordering::Relaxed);
         Ok(n)
     }
 }
 
+/// What the store side does with one batch. [`ingest`] feeds the store; tests put a failure or
+/// a panic in between to check that either one ends the ingest.
+type Feed<'f> = dyn FnMut(&mut Import<'_>, &[Event], &[ItemHashes]) -> Result<(), StoreError> + 'f;
+
 /// Reads `input` in `options.format` and ingests it into `store` as one unit (see the module
 /// docs). `progress` is called after every batch.
+///
+/// Any failure of the store (an error, or a panic inside it) ends the ingest with that error
+/// and the store as it was: the reading thread is told to stop and is waited for, which takes
+/// as long as the read it is in (at once for a file; for a pipe, until its writer writes again
+/// or closes it).
 pub fn ingest(
     store: &Store,
     input: impl Read + Send,
     options: &Options,
     progress: &mut dyn FnMut(&Progress),
+) -> Result<Summary, IngestError> {
+    ingest_with(
+        store,
+        input,
+        options,
+        progress,
+        &mut |import, events, hashes| import.ingest_hashed(events, hashes),
+    )
+}
+
+fn ingest_with(
+    store: &Store,
+    input: impl Read + Send,
+    options: &Options,
+    progress: &mut dyn FnMut(&Progress),
+    feed: &mut Feed<'_>,
 ) -> Result<Summary, IngestError> {
     let started = Instant::now();
     let mapping = options
@@ -229,95 +295,66 @@ pub fn ingest(
         .clone()
         .unwrap_or_else(|| Mapping::for_config(store.config()));
     let bytes = Arc::new(AtomicU64::new(0));
+    let stop = AtomicBool::new(false);
     let input = Counting {
         inner: input,
         bytes: Arc::clone(&bytes),
+        stop: &stop,
     };
     let (to_store, from_parser) = sync_channel::<Msg>(4);
     let (recycle, recycled) = sync_channel::<Vec<Event>>(8);
+    let lowercase = store.config().lowercase_items;
     std::thread::scope(|scope| {
         let parser = Parser {
             mapping: &mapping,
             skip_bad: options.skip_bad,
+            lowercase,
             out: to_store,
             recycled,
-            lines: 0,
-            skipped: 0,
-            first_errors: Vec::new(),
+            stop: &stop,
+            counts: Summary::default(),
             width: store.config().bucket,
             buckets: FxHashSet::default(),
             tags: FxHashMap::default(),
         };
         let format = options.format;
         let delimiter = options.delimiter.unwrap_or(b',');
-        let spawned = std::thread::Builder::new()
+        let parser = std::thread::Builder::new()
             .name("sketchdb-parse".into())
             .spawn_scoped(scope, move || match format {
                 Format::Jsonl => parser.jsonl(input),
                 Format::Csv => parser.csv(input, delimiter),
-            });
-        if let Err(e) = spawned {
-            return Err(IngestError::Io(e));
-        }
-        store.import(|import| {
-            let mut report = Progress {
-                total_bytes: options.total_bytes,
-                ..Progress::default()
-            };
-            loop {
-                let msg = from_parser.recv().map_err(|_| IngestError::Worker)?;
-                match msg {
-                    Msg::Batch {
-                        events,
-                        hashes,
-                        lines,
-                    } => {
-                        import
-                            .ingest_hashed(&events, &hashes)
-                            .map_err(|e| match e {
-                                StoreError::BadEvent { index, reason } => {
-                                    IngestError::Bad(BadLine {
-                                        line: lines.get(index).copied().unwrap_or(0),
-                                        field: None,
-                                        reason,
-                                    })
-                                }
-                                other => IngestError::Store(other),
-                            })?;
-                        report.events = import.events();
-                        report.lines = lines.last().copied().unwrap_or(report.lines);
-                        report.bytes = bytes.load(Ordering::Relaxed);
-                        progress(&report);
-                        let _ = recycle.try_send(events);
-                    }
-                    Msg::Bad(bad) => return Err(IngestError::Bad(bad)),
-                    Msg::Io(e) => return Err(IngestError::Io(e)),
-                    Msg::Done {
-                        lines,
-                        skipped,
-                        first_errors,
-                        buckets,
-                        tags,
-                    } => {
-                        report.lines = lines;
-                        report.skipped = skipped;
-                        report.bytes = bytes.load(Ordering::Relaxed);
-                        report.committing = true;
-                        progress(&report);
-                        return Ok(Summary {
-                            events: import.events(),
-                            lines,
-                            skipped,
-                            first_errors,
-                            buckets,
-                            tags,
-                            elapsed: Duration::ZERO,
-                        });
-                    }
-                }
+            })
+            .map_err(IngestError::Io)?;
+        // Owned by this closure, not borrowed from outside the scope: it must be gone before
+        // the scope waits for the parser, or a parser blocked on the full channel after a store
+        // error would wait for it forever (and the scope for the parser).
+        let from_parser = from_parser;
+        let outcome = store.import(|import| {
+            // A panic in the store is caught here, inside the import, so that the import rolls
+            // back as for any error and the store stays usable.
+            let fed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                feed_store(
+                    import,
+                    &from_parser,
+                    &recycle,
+                    &bytes,
+                    options,
+                    progress,
+                    feed,
+                )
+            }));
+            fed.unwrap_or_else(|panic| Err(IngestError::Panic(panic_message(&*panic))))
+        });
+        stop.store(true, Ordering::Relaxed);
+        drop(from_parser);
+        let parsed = parser.join();
+        match (outcome, parsed) {
+            (Err(IngestError::Worker), Err(panic)) => {
+                Err(IngestError::Panic(panic_message(&*panic)))
             }
-        })
-        // Dropping the receiver (on any error) stops the parser at its next send.
+            (outcome, _) => outcome,
+        }
     })
     .map(|mut s| {
         s.elapsed = started.elapsed();
@@ -325,15 +362,82 @@ pub fn ingest(
     })
 }
 
+/// The text of a panic's payload, for the error that reports it.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
+}
+
+/// The store side of [`ingest`]: batches from the parser into the import until the parser is
+/// done or anything fails.
+fn feed_store(
+    import: &mut Import<'_>,
+    from_parser: &Receiver<Msg>,
+    recycle: &SyncSender<Vec<Event>>,
+    bytes: &AtomicU64,
+    options: &Options,
+    progress: &mut dyn FnMut(&Progress),
+    feed: &mut Feed<'_>,
+) -> Result<Summary, IngestError> {
+    let mut report = Progress {
+        total_bytes: options.total_bytes,
+        ..Progress::default()
+    };
+    loop {
+        let msg = from_parser.recv().map_err(|_| IngestError::Worker)?;
+        match msg {
+            Msg::Batch {
+                events,
+                hashes,
+                lines,
+            } => {
+                feed(import, &events, &hashes).map_err(|e| match e {
+                    StoreError::BadEvent { index, reason } => IngestError::Bad(BadLine {
+                        line: lines.get(index).copied().unwrap_or(0),
+                        field: None,
+                        reason,
+                        looks_like_csv: false,
+                    }),
+                    other => IngestError::Store(other),
+                })?;
+                report.events = import.events();
+                report.lines = lines.last().copied().unwrap_or(report.lines);
+                report.bytes = bytes.load(Ordering::Relaxed);
+                progress(&report);
+                let _ = recycle.try_send(events);
+            }
+            Msg::Bad(bad) => return Err(IngestError::Bad(bad)),
+            Msg::Io(e) => return Err(IngestError::Io(e)),
+            Msg::Done(summary) => {
+                report.lines = summary.lines;
+                report.skipped = summary.skipped;
+                report.bytes = bytes.load(Ordering::Relaxed);
+                report.committing = true;
+                progress(&report);
+                return Ok(Summary {
+                    events: import.events(),
+                    ..*summary
+                });
+            }
+        }
+    }
+}
+
 /// The reading side: lines to batches of events, on its own thread.
 struct Parser<'m> {
     mapping: &'m Mapping,
     skip_bad: bool,
+    /// Lowercase items (the store's `lowercase_items`), before they are hashed.
+    lowercase: bool,
     out: SyncSender<Msg>,
     recycled: Receiver<Vec<Event>>,
-    lines: u64,
-    skipped: u64,
-    first_errors: Vec<BadLine>,
+    /// Set when the store side has stopped: no point reading on.
+    stop: &'m AtomicBool,
+    /// The summary's counts (events are counted by the store side).
+    counts: Summary,
     width: BucketWidth,
     buckets: FxHashSet<i64>,
     tags: FxHashMap<String, FxHashSet<String>>,
@@ -345,6 +449,9 @@ enum Flow {
     Stop,
 }
 
+/// A UTF-8 byte-order mark, which some exporters (Excel among them) write first.
+const BOM: &[u8] = b"\xEF\xBB\xBF";
+
 impl Parser<'_> {
     fn fresh_batch(&self) -> Vec<Event> {
         self.recycled
@@ -352,17 +459,29 @@ impl Parser<'_> {
             .unwrap_or_else(|_| Vec::with_capacity(BATCH))
     }
 
-    /// Handles one parsed (or failed) line; `Stop` once the input is rejected.
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    /// Handles a line that is not an event; `Stop` once the input is rejected.
     fn bad(&mut self, bad: BadLine) -> Flow {
         if !self.skip_bad {
             let _ = self.out.send(Msg::Bad(bad));
             return Flow::Stop;
         }
-        self.skipped += 1;
-        if self.first_errors.len() < REPORTED_ERRORS {
-            self.first_errors.push(bad);
+        self.counts.skipped += 1;
+        if self.counts.first_errors.len() < REPORTED_ERRORS {
+            self.counts.first_errors.push(bad);
         }
         Flow::Go
+    }
+
+    /// Counts a parsed event and normalises it as the store wants it.
+    fn accept(&mut self, event: &mut Event, zoned: bool) {
+        self.counts.zoned += u64::from(zoned);
+        if self.lowercase {
+            crate::store::lowercase_item(&mut event.item);
+        }
     }
 
     /// Sends a full batch; `Stop` if the store side has gone.
@@ -390,20 +509,19 @@ impl Parser<'_> {
         }
     }
 
-    fn done(self) {
-        let mut tags: Vec<String> = self
-            .tags
+    fn done(mut self) {
+        let mut tags: Vec<String> = std::mem::take(&mut self.tags)
             .into_iter()
             .flat_map(|(f, vs)| vs.into_iter().map(move |v| format!("{f}:{v}")))
             .collect();
         tags.sort();
-        let _ = self.out.send(Msg::Done {
-            lines: self.lines,
-            skipped: self.skipped,
-            first_errors: self.first_errors,
+        let summary = Summary {
             buckets: self.buckets.len(),
             tags,
-        });
+            zone: self.mapping.zone,
+            ..self.counts
+        };
+        let _ = self.out.send(Msg::Done(Box::new(summary)));
     }
 
     /// Notes the bucket and tags of an event about to be sent, for the summary.
@@ -431,7 +549,12 @@ impl Parser<'_> {
         let mut events = self.fresh_batch();
         let mut used = 0;
         let mut lines: Vec<u64> = Vec::with_capacity(BATCH);
+        // The first line with anything on it, until it has been read.
+        let mut first = true;
         loop {
+            if self.stopped() {
+                return;
+            }
             line.clear();
             match reader.read_until(b'\n', &mut line) {
                 Ok(0) => break,
@@ -441,26 +564,35 @@ impl Parser<'_> {
                     return;
                 }
             }
-            self.lines += 1;
+            self.counts.lines += 1;
             let mut text: &[u8] = &line;
+            if self.counts.lines == 1 {
+                text = text.strip_prefix(BOM).unwrap_or(text);
+            }
             while let [rest @ .., b'\n' | b'\r'] = text {
                 text = rest;
             }
             if text.iter().all(u8::is_ascii_whitespace) {
+                self.counts.blank += 1;
                 continue;
             }
-            let number = self.lines;
-            match jsonl::parse_line(text, number, self.mapping, Self::slot(&mut events, used)) {
-                Ok(()) => {
+            let number = self.counts.lines;
+            let slot = Self::slot(&mut events, used);
+            match jsonl::parse_line(text, number, self.mapping, slot) {
+                Ok(zoned) => {
+                    let event = &mut events[used];
+                    self.accept(event, zoned);
                     used += 1;
                     lines.push(number);
                 }
-                Err(bad) => {
+                Err(mut bad) => {
+                    bad.looks_like_csv = first && csv::looks_like_header(text);
                     if let Flow::Stop = self.bad(bad) {
                         return;
                     }
                 }
             }
+            first = false;
             if used == BATCH {
                 if let Flow::Stop = self.send(&mut events, &mut used, &mut lines) {
                     return;
@@ -476,11 +608,21 @@ impl Parser<'_> {
     }
 
     fn csv(mut self, input: impl Read, delimiter: u8) {
+        let tail = Rc::new(Tail::default());
+        let input = TailReader {
+            inner: input,
+            tail: Rc::clone(&tail),
+        };
         let mut reader = ::csv::ReaderBuilder::new()
             .delimiter(delimiter)
             .has_headers(true)
             // Column counts are checked here, so a short row is reported by line, not fatal.
             .flexible(true)
+            // Records end at `\n` alone, so that a CRLF line ends on its `\n` and the next
+            // record's position is on the next line (with the default CRLF terminator, csv
+            // reports every record after the first one line too early); the `\r` left at the
+            // end of the last field is trimmed with the rest of its white space.
+            .terminator(::csv::Terminator::Any(b'\n'))
             .from_reader(BufReader::with_capacity(1 << 20, input));
         let header = match reader.byte_headers() {
             Ok(h) => h.clone(),
@@ -490,10 +632,16 @@ impl Parser<'_> {
             }
         };
         if header.is_empty() {
+            self.counts.lines = tail.lines(reader.position().line());
+            self.counts.blank = self.counts.lines;
             self.done();
             return;
         }
-        let columns = match csv::Columns::from_header(&header, self.mapping) {
+        let header_lines = spanned(&header);
+        let header_line = tail.start_line(reader.position(), header_lines);
+        // Blank lines before the header count as blank (below); its own lines as header.
+        self.counts.header = header_lines;
+        let columns = match csv::Columns::from_header(&header, header_line, self.mapping) {
             Ok(c) => c,
             Err(bad) => {
                 let _ = self.out.send(Msg::Bad(bad));
@@ -504,15 +652,21 @@ impl Parser<'_> {
         let mut events = self.fresh_batch();
         let mut used = 0;
         let mut lines: Vec<u64> = Vec::with_capacity(BATCH);
+        // Lines that records (good, bad or blank) start on.
+        let mut record_lines = 0u64;
         loop {
+            if self.stopped() {
+                return;
+            }
             match reader.read_byte_record(&mut record) {
                 Ok(false) => break,
                 Ok(true) => {}
                 Err(e) => {
-                    let line = e.position().map_or(self.lines + 1, |p| p.line());
+                    let line = e.position().map_or(reader.position().line(), |p| p.line());
                     let msg = Self::csv_error(e, line);
                     match msg {
                         Msg::Bad(bad) => {
+                            record_lines += 1;
                             if let Flow::Stop = self.bad(bad) {
                                 return;
                             }
@@ -525,14 +679,31 @@ impl Parser<'_> {
                     }
                 }
             }
-            let number = record.position().map_or(self.lines + 1, |p| p.line());
-            self.lines = number;
+            let span = spanned(&record);
+            let number = tail.start_line(reader.position(), span);
+            record_lines += 1;
+            self.counts.continued += span - 1;
+            // A line of white space alone (`\r` of a blank CRLF line, or spaces) is a record of
+            // one empty field to csv; it is a blank line here, as in JSONL.
+            if record.len() == 1 && record[0].trim_ascii().is_empty() {
+                self.counts.blank += 1;
+                record_lines -= 1;
+                continue;
+            }
             match columns.parse(&record, number, self.mapping, Self::slot(&mut events, used)) {
-                Ok(()) => {
+                Ok(zoned) => {
+                    let event = &mut events[used];
+                    self.accept(event, zoned);
                     used += 1;
                     lines.push(number);
                 }
-                Err(bad) => {
+                Err(mut bad) => {
+                    if span > 1 {
+                        bad.reason.push_str(&format!(
+                            " (the record starts on this line and spans {span} lines, to line {})",
+                            number + span - 1
+                        ));
+                    }
                     if let Flow::Stop = self.bad(bad) {
                         return;
                     }
@@ -549,6 +720,13 @@ impl Parser<'_> {
                 return;
             }
         }
+        self.counts.lines = tail.lines(reader.position().line());
+        // Whatever no record, header or blank record took: empty lines, which csv skips.
+        let accounted = self.counts.header + record_lines + self.counts.continued;
+        self.counts.blank += self
+            .counts
+            .lines
+            .saturating_sub(accounted + self.counts.blank);
         self.done();
     }
 
@@ -559,13 +737,67 @@ impl Parser<'_> {
                 line,
                 field: None,
                 reason: format!("is not UTF-8 text ({err})"),
+                looks_like_csv: false,
             }),
             other => Msg::Bad(BadLine {
                 line,
                 field: None,
                 reason: format!("bad CSV: {other:?}"),
+                looks_like_csv: false,
             }),
         }
+    }
+}
+
+/// Physical lines a CSV record (or header) covers: one, plus one per newline inside its
+/// quoted fields.
+fn spanned(record: &::csv::ByteRecord) -> u64 {
+    1 + record.as_slice().iter().filter(|&&b| b == b'\n').count() as u64
+}
+
+/// How far the CSV input has been read, which csv does not say: its positions count the
+/// newlines consumed, but a record's own position is taken before the empty lines csv skips
+/// ahead of it, so a record's line is worked out from where it ends instead.
+#[derive(Default)]
+struct Tail {
+    read: Cell<u64>,
+    /// The last byte read, if any.
+    last: Cell<Option<u8>>,
+}
+
+impl Tail {
+    /// The line a record (or header) of `span` lines starts on, given the reader's position
+    /// right after it: a record ends at a newline, or at the end of the input without one.
+    fn start_line(&self, after: &::csv::Position, span: u64) -> u64 {
+        let at_end_without_newline =
+            after.byte() >= self.read.get() && self.last.get() != Some(b'\n');
+        (after.line() + u64::from(at_end_without_newline)).saturating_sub(span)
+    }
+
+    /// Physical lines in the whole input, from csv's line counter at its end (one more than the
+    /// newlines read): an input that ends with a newline has no line after it.
+    fn lines(&self, line_counter: u64) -> u64 {
+        match self.last.get() {
+            None => 0,
+            Some(b'\n') => line_counter.saturating_sub(1),
+            Some(_) => line_counter,
+        }
+    }
+}
+
+struct TailReader<R> {
+    inner: R,
+    tail: Rc<Tail>,
+}
+
+impl<R: Read> Read for TailReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if let Some(&last) = buf[..n].last() {
+            self.tail.last.set(Some(last));
+            self.tail.read.set(self.tail.read.get() + n as u64);
+        }
+        Ok(n)
     }
 }
 
@@ -690,6 +922,85 @@ mod tests {
         assert_eq!(last.events, 19_999);
         assert_eq!(last.bytes, text.len() as u64);
         assert_eq!(count(&store), 19_999);
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Runs `ingest_with` on a thread of its own (not a scoped one, which the test would have
+    /// to join) and waits at most a minute: a hang fails the test instead of stalling the suite.
+    fn ingest_within_a_minute(
+        store: &Arc<Store>,
+        text: String,
+        fail_at_batch: usize,
+        panic: bool,
+    ) -> Result<Summary, IngestError> {
+        let (done, result) = std::sync::mpsc::channel();
+        let store = Arc::clone(store);
+        std::thread::spawn(move || {
+            let mut batch = 0;
+            let r = ingest_with(
+                &store,
+                text.as_bytes(),
+                &Options::default(),
+                &mut |_| {},
+                &mut |import, events, hashes| {
+                    batch += 1;
+                    if batch == fail_at_batch {
+                        if panic {
+                            panic!("injected store panic at batch {batch}");
+                        }
+                        return Err(StoreError::DamagedLog {
+                            name: "injected blob".into(),
+                            detail: format!("failure at batch {batch}"),
+                        });
+                    }
+                    import.ingest_hashed(events, hashes)
+                },
+            );
+            let _ = done.send(r);
+        });
+        result
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the ingest did not end within a minute of the store failing")
+    }
+
+    #[test]
+    fn a_store_error_or_panic_mid_input_ends_the_ingest_and_leaves_the_store_as_it_was() {
+        let dir = tempdir("store-fails");
+        let store = Arc::new(Store::create(&dir, Config::default()).expect("create"));
+        ingest(
+            &store,
+            lines(1000, None).as_bytes(),
+            &Options::default(),
+            &mut |_| {},
+        )
+        .expect("good input");
+        let tags_before = store.tags();
+        // 200,000 lines are 13 batches: the store fails on the third while the parser has
+        // more than the channel's four left to send.
+        for panic in [false, true] {
+            let err = ingest_within_a_minute(&store, lines(200_000, None), 3, panic)
+                .expect_err("store failed");
+            match (&err, panic) {
+                (IngestError::Store(e), false) => {
+                    assert!(e.to_string().contains("failure at batch 3"), "{e}")
+                }
+                (IngestError::Panic(m), true) => {
+                    assert!(m.contains("injected store panic at batch 3"), "{m}")
+                }
+                (other, _) => panic!("unexpected {other}"),
+            }
+            assert!(err.to_string().contains("store is unchanged"), "{err}");
+            assert_eq!(count(&store), 1000, "panic: {panic}");
+            assert_eq!(store.tags(), tags_before);
+        }
+        // The store is still usable, and nothing of the failed inputs reaches the disk.
+        let s = ingest_within_a_minute(&store, lines(20_000, None), 0, false).expect("ingest");
+        assert_eq!(s.events, 20_000);
+        store.flush().expect("flush");
+        drop(store);
+        let store = Store::open(&dir).expect("reopen");
+        assert_eq!(count(&store), 21_000);
         drop(store);
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -1,6 +1,8 @@
-//! Timestamps as they appear in input: RFC 3339 strings, or integer (or fractional) Unix
-//! seconds or milliseconds.
+//! Timestamps as they appear in input: RFC 3339 strings, date-times without an offset (read in
+//! a stated [`Zone`], UTC unless told otherwise), or integer (or fractional) Unix seconds or
+//! milliseconds.
 
+use chrono::{LocalResult, NaiveDateTime, TimeZone};
 use std::fmt;
 
 /// How to read a numeric timestamp.
@@ -40,8 +42,109 @@ impl fmt::Display for TimeUnit {
 const SECONDS_LIMIT: f64 = 1e11;
 
 /// The reason a timestamp was not understood, for the bad-line report.
-pub const EXPECTED: &str =
-    "expected an RFC 3339 time (2026-12-01T13:45:00Z) or Unix seconds or milliseconds";
+pub const EXPECTED: &str = "expected an RFC 3339 time (2026-12-01T13:45:00Z), a date and time \
+without an offset (2026-12-01 13:45:00, read in the ingest's time zone) or Unix seconds or \
+milliseconds";
+
+/// The time zone that times written without an offset are read in. Times with an offset (or
+/// `Z`) and numeric times are absolute and never depend on it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Zone {
+    #[default]
+    Utc,
+    /// A fixed offset from UTC, e.g. `+02:00`.
+    Fixed(chrono::FixedOffset),
+    /// An IANA zone, e.g. `Europe/Berlin`, with its daylight-saving rules.
+    Named(chrono_tz::Tz),
+}
+
+impl std::str::FromStr for Zone {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let t = s.trim();
+        if ["utc", "z", "gmt", "etc/utc"].contains(&t.to_ascii_lowercase().as_str()) {
+            return Ok(Zone::Utc);
+        }
+        if let Some(offset) = parse_offset(t) {
+            return Ok(Zone::Fixed(offset));
+        }
+        let named = t.parse::<chrono_tz::Tz>().ok().or_else(|| {
+            chrono_tz::TZ_VARIANTS
+                .iter()
+                .find(|tz| tz.name().eq_ignore_ascii_case(t))
+                .copied()
+        });
+        named.map(Zone::Named).ok_or_else(|| {
+            format!(
+                "unknown time zone '{s}' (expected UTC, an offset such as +02:00 or -0530, or an \
+IANA name such as Europe/Berlin)"
+            )
+        })
+    }
+}
+
+impl fmt::Display for Zone {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Zone::Utc => f.write_str("UTC"),
+            Zone::Fixed(o) => write!(f, "{o}"),
+            Zone::Named(tz) => f.write_str(tz.name()),
+        }
+    }
+}
+
+/// `+HH:MM`, `+HHMM` or `+HH` (or `-`), below 24 hours.
+fn parse_offset(t: &str) -> Option<chrono::FixedOffset> {
+    let (sign, rest) = match t.as_bytes().first()? {
+        b'+' => (1, &t[1..]),
+        b'-' => (-1, &t[1..]),
+        _ => return None,
+    };
+    let digits: String = rest.chars().filter(|&c| c != ':').collect();
+    if !digits.bytes().all(|b| b.is_ascii_digit())
+        || !matches!(digits.len(), 2 | 4)
+        || (rest.contains(':') && rest.len() != 5)
+    {
+        return None;
+    }
+    let hours: i32 = digits[..2].parse().ok()?;
+    let minutes: i32 = if digits.len() == 4 {
+        digits[2..].parse().ok()?
+    } else {
+        0
+    };
+    if hours > 23 || minutes > 59 {
+        return None;
+    }
+    chrono::FixedOffset::east_opt(sign * (hours * 3600 + minutes * 60))
+}
+
+impl Zone {
+    /// The instant a wall-clock time in this zone names. A time that occurs twice (when clocks
+    /// go back) is read as the first of the two; one that never occurs (when they go forward)
+    /// is refused.
+    fn resolve(self, local: NaiveDateTime) -> Result<i64, String> {
+        let found = match self {
+            Zone::Utc => return Ok(local.and_utc().timestamp_millis()),
+            Zone::Fixed(o) => o.from_local_datetime(&local).map(|t| t.timestamp_millis()),
+            Zone::Named(tz) => tz.from_local_datetime(&local).map(|t| t.timestamp_millis()),
+        };
+        match found {
+            LocalResult::Single(ms) | LocalResult::Ambiguous(ms, _) => Ok(ms),
+            LocalResult::None => Err(format!(
+                "{local} does not exist in {self} (the clocks skip it)"
+            )),
+        }
+    }
+}
+
+/// A time read from input, in Unix milliseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stamp {
+    pub millis: i64,
+    /// The text had no offset and was read in the ingest's [`Zone`].
+    pub zoned: bool,
+}
 
 /// A numeric timestamp in Unix milliseconds.
 pub fn from_number(x: f64, unit: TimeUnit) -> Result<i64, String> {
@@ -79,29 +182,65 @@ pub fn from_integer(x: i64, unit: TimeUnit) -> Result<i64, String> {
     }
 }
 
-/// A textual timestamp: RFC 3339, or digits (Unix seconds or milliseconds, as for numbers).
+/// A textual timestamp in UTC (see [`from_text_in`]).
 pub fn from_text(s: &str, unit: TimeUnit) -> Result<i64, String> {
+    from_text_in(s, unit, Zone::Utc).map(|t| t.millis)
+}
+
+/// A textual timestamp: RFC 3339 (`T` or a space between date and time), a date and time
+/// without an offset (read in `zone`), or digits (Unix seconds or milliseconds, as for numbers).
+pub fn from_text_in(s: &str, unit: TimeUnit, zone: Zone) -> Result<Stamp, String> {
     let t = s.trim();
+    let absolute = |millis| Stamp {
+        millis,
+        zoned: false,
+    };
     if let Some(ms) = fast_rfc3339_utc(t.as_bytes()) {
-        return Ok(ms);
+        return Ok(absolute(ms));
     }
     if let Ok(d) = chrono::DateTime::parse_from_rfc3339(t) {
-        return Ok(d.timestamp_millis());
+        return Ok(absolute(d.timestamp_millis()));
     }
     if let Ok(i) = t.parse::<i64>() {
-        return from_integer(i, unit);
+        return from_integer(i, unit).map(absolute);
     }
     if let Ok(x) = t.parse::<f64>() {
         if t.bytes()
             .all(|b| b.is_ascii_digit() || b == b'.' || b == b'-')
         {
-            return from_number(x, unit);
+            return from_number(x, unit).map(absolute);
         }
+    }
+    if let Some(local) = naive(t) {
+        return zone
+            .resolve(local)
+            .map(|millis| Stamp {
+                millis,
+                zoned: true,
+            })
+            .map_err(|e| format!("\"{}\": {e}", shorten(s)));
     }
     Err(format!(
         "cannot read \"{}\" as a time; {EXPECTED}",
         shorten(s)
     ))
+}
+
+/// `YYYY-MM-DD HH:MM[:SS[.fff]]` (or with `T`), without an offset.
+fn naive(t: &str) -> Option<NaiveDateTime> {
+    const FORMATS: [&str; 4] = [
+        "%Y-%m-%dT%H:%M:%S%.f",
+        "%Y-%m-%d %H:%M:%S%.f",
+        "%Y-%m-%dT%H:%M",
+        "%Y-%m-%d %H:%M",
+    ];
+    // chrono's `%Y` takes any number of digits and a sign; input dates have four.
+    if t.len() < 16 || !t.as_bytes()[..4].iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    FORMATS
+        .iter()
+        .find_map(|f| NaiveDateTime::parse_from_str(t, f).ok())
 }
 
 /// The input text, cut to a length that fits an error message.
@@ -220,6 +359,76 @@ mod tests {
             Some(1_709_164_800_000)
         );
         assert_eq!(fast_rfc3339_utc(b"2023-02-29T00:00:00Z"), None);
+    }
+
+    #[test]
+    fn times_without_an_offset_are_read_in_the_zone_and_say_so() {
+        let utc = 1_788_325_200_000; // 2026-09-02T05:00:00Z
+        let read = |s: &str, z: &str| from_text_in(s, TimeUnit::Auto, z.parse().expect(z));
+        for text in [
+            "2026-09-02 05:00:00",
+            "2026-09-02T05:00:00",
+            "2026-09-02 05:00",
+            "2026-09-02T05:00:00.000",
+        ] {
+            assert_eq!(
+                read(text, "UTC"),
+                Ok(Stamp {
+                    millis: utc,
+                    zoned: true
+                }),
+                "{text}"
+            );
+        }
+        let hour = 3_600_000;
+        assert_eq!(
+            read("2026-09-02 05:00:00", "+02:00").map(|t| t.millis),
+            Ok(utc - 2 * hour)
+        );
+        assert_eq!(
+            read("2026-09-02 05:00:00", "-0530").map(|t| t.millis),
+            Ok(utc + 11 * hour / 2)
+        );
+        // Berlin: summer time (+2) in September, standard time (+1) in January.
+        assert_eq!(
+            read("2026-09-02 05:00:00", "europe/berlin").map(|t| t.millis),
+            Ok(utc - 2 * hour)
+        );
+        assert_eq!(
+            read("2026-01-15 12:00:00", "Europe/Berlin").map(|t| t.millis),
+            Ok(1_768_478_400_000 - hour) // 2026-01-15T12:00:00Z minus one hour
+        );
+        // When the clocks go back, 02:30 happens twice: the first (summer time) is taken.
+        assert_eq!(
+            read("2026-10-25 02:30:00", "Europe/Berlin").map(|t| t.millis),
+            Ok(1_792_895_400_000 - 2 * hour) // 2026-10-25T02:30:00Z minus two hours
+        );
+        assert!(read("2026-03-29 02:30:00", "Europe/Berlin")
+            .expect_err("skipped")
+            .contains("does not exist in Europe/Berlin"));
+        // An offset in the text wins over the zone; so do numbers.
+        for (text, millis) in [
+            ("2026-09-02 05:00:00Z", utc),
+            ("2026-09-02 07:00:00+02:00", utc),
+            ("1788325200", utc),
+        ] {
+            assert_eq!(
+                read(text, "Asia/Tokyo"),
+                Ok(Stamp {
+                    millis,
+                    zoned: false
+                }),
+                "{text}"
+            );
+        }
+        for bad in ["Mars/Olympus", "+24:00", "+2", "0200", "+02:0"] {
+            assert!(bad.parse::<Zone>().is_err(), "{bad}");
+        }
+        assert_eq!("Z".parse::<Zone>(), Ok(Zone::Utc));
+        assert_eq!(
+            "+02".parse::<Zone>().map(|z| z.to_string()),
+            Ok("+02:00".into())
+        );
     }
 
     #[test]

@@ -81,8 +81,20 @@ impl<'s> Session<'s> {
 
     /// Parses and plans a statement, to run it later (possibly many times) with [`Session::run`].
     pub fn prepare(&self, text: &str) -> Result<Plan, QueryError> {
-        let st = parse(text)?;
+        let mut st = parse(text)?;
         let config = self.store.config();
+        // A store that lowercases its items is asked about them lowercased too.
+        let mut inner = &mut st;
+        loop {
+            match inner {
+                Statement::Exact(s) | Statement::Explain(s) => inner = &mut **s,
+                Statement::Seen { value, .. } | Statement::CountValue { value, .. } => {
+                    *value = config.normalise_item(value).into_owned();
+                    break;
+                }
+                _ => break,
+            }
+        }
         Ok(plan(&st, self.now(), config.bucket, &config.item_field)?)
     }
 
@@ -669,6 +681,8 @@ impl<'s> Session<'s> {
                     row[f] = serde_json::Value::String(v.clone());
                 }
                 if !e.extra.is_empty() {
+                    // serde_json's arbitrary_precision (Cargo.toml) keeps each number's text
+                    // here: an amount of 30 digits comes back as written, not through f64.
                     if let Ok(serde_json::Value::Object(extra)) =
                         serde_json::from_str::<serde_json::Value>(&e.extra)
                     {

@@ -19,7 +19,7 @@ pub mod model;
 pub mod ops;
 
 pub use error::{Result, StoreError};
-pub use model::{BucketWidth, Config, Event, Slice, TimeRange};
+pub use model::{lowercase_item, BucketWidth, Config, Event, Slice, TimeRange};
 
 use crate::codec;
 use crate::hash::{Item, ItemHashes};
@@ -344,6 +344,21 @@ impl Store {
         }
     }
 
+    /// The stored configuration, in its current layout or the one before `lowercase_items`
+    /// (see [`model::ConfigV1`]).
+    fn read_config(path: &Path, db: &sled::Db) -> Result<Config> {
+        let config = match Self::read_meta::<Config>(path, db, "config") {
+            Ok(c) => c,
+            Err(current) => match Self::read_meta::<model::ConfigV1>(path, db, "config") {
+                Ok(old) => old.map(Config::from),
+                Err(_) => return Err(current),
+            },
+        };
+        config.ok_or_else(|| StoreError::NotAStore {
+            path: path.to_path_buf(),
+        })
+    }
+
     fn load(path: PathBuf, db: sled::Db) -> Result<Store> {
         let (config, state) = Self::read_state(path.clone(), &db)?;
         // Before anything new is written at these positions.
@@ -372,8 +387,7 @@ impl Store {
                 supported: FORMAT_VERSION,
             });
         }
-        let config: Config = Self::read_meta(&path, db, "config")?
-            .ok_or_else(|| StoreError::NotAStore { path: path.clone() })?;
+        let config = Self::read_config(&path, db)?;
         let checkpoint: Checkpoint =
             Self::read_meta(&path, db, "checkpoint")?.unwrap_or(Checkpoint { log_pos: 0 });
         let log_retained_from: Option<i64> = Self::read_meta(&path, db, "retained_from")?;
@@ -816,6 +830,32 @@ impl Store {
         events: &[Event],
         hashed: Option<&[ItemHashes]>,
     ) -> Result<()> {
+        // Items as the store keeps them. A caller that hashed ahead (the file ingest) has
+        // normalised them before hashing.
+        let normalised: Vec<Event>;
+        let events = match hashed {
+            None if self.config.lowercase_items
+                && events
+                    .iter()
+                    .any(|e| self.config.normalise_item(&e.item) != e.item) =>
+            {
+                normalised = events
+                    .iter()
+                    .map(|e| Event {
+                        item: self.config.normalise_item(&e.item).into_owned(),
+                        ..e.clone()
+                    })
+                    .collect();
+                &normalised[..]
+            }
+            _ => events,
+        };
+        debug_assert!(
+            !self.config.lowercase_items
+                || events
+                    .iter()
+                    .all(|e| self.config.normalise_item(&e.item) == e.item)
+        );
         self.check_batch(events)?;
         let tags_before = st.tags.names.len();
         // Resolve tags and load every set the batch touches before changing any of them, so a

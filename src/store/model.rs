@@ -58,6 +58,52 @@ pub struct Config {
     pub checkpoint_every: u64,
     /// Bytes of merged query results (over buckets no longer changing) kept for reuse.
     pub cache_bytes: usize,
+    /// Items are lowercased on the way in, and query literals (`SEEN 0xABC`) the same way, so
+    /// `0xABC` and `0xabc` are one wallet. Fixed at creation: a store that lowercased some of
+    /// its input and not the rest would hold one wallet as two items.
+    pub lowercase_items: bool,
+}
+
+/// The configuration as stores written before `lowercase_items` existed hold it. bincode is
+/// not self-describing, so the old layout (one field shorter) is decoded as itself rather than
+/// through `#[serde(default)]`, which bincode 1.3 ignores (it reads every field of a struct
+/// and fails at the end of the shorter blob).
+#[derive(Deserialize)]
+pub(crate) struct ConfigV1 {
+    item_field: String,
+    tag_fields: Vec<String>,
+    bucket: BucketWidth,
+    sketches: SketchConfig,
+    retention_ms: Option<i64>,
+    memory_budget: usize,
+    checkpoint_every: u64,
+    cache_bytes: usize,
+}
+
+impl From<ConfigV1> for Config {
+    fn from(c: ConfigV1) -> Self {
+        Config {
+            item_field: c.item_field,
+            tag_fields: c.tag_fields,
+            bucket: c.bucket,
+            sketches: c.sketches,
+            retention_ms: c.retention_ms,
+            memory_budget: c.memory_budget,
+            checkpoint_every: c.checkpoint_every,
+            cache_bytes: c.cache_bytes,
+            lowercase_items: false,
+        }
+    }
+}
+
+/// Lowercases an item in place (a store's `lowercase_items`); ASCII, the common case of hex
+/// wallets, without allocating.
+pub fn lowercase_item(item: &mut String) {
+    if item.is_ascii() {
+        item.make_ascii_lowercase();
+    } else if item.chars().any(char::is_uppercase) {
+        *item = item.to_lowercase();
+    }
 }
 
 impl Default for Config {
@@ -71,11 +117,23 @@ impl Default for Config {
             memory_budget: 1 << 30,
             checkpoint_every: 5_000_000,
             cache_bytes: 64 << 20,
+            lowercase_items: false,
         }
     }
 }
 
 impl Config {
+    /// An item as this store keeps it (see `lowercase_items`).
+    pub fn normalise_item<'a>(&self, item: &'a str) -> std::borrow::Cow<'a, str> {
+        if self.lowercase_items && item.chars().any(char::is_uppercase) {
+            let mut owned = item.to_string();
+            lowercase_item(&mut owned);
+            std::borrow::Cow::Owned(owned)
+        } else {
+            std::borrow::Cow::Borrowed(item)
+        }
+    }
+
     pub fn validate(&self) -> Result<()> {
         self.sketches.validate().map_err(StoreError::Config)?;
         if self.item_field.is_empty() {
