@@ -625,7 +625,7 @@ mod tests {
             (first.events, first.buckets, first.tags.len()),
             (3000, 1, 2)
         );
-        let tags_before = store.tags();
+        let tags_before = store.tags().expect("tags");
         let buckets_before = store.buckets().expect("buckets");
         let err = ingest(
             &store,
@@ -643,7 +643,7 @@ mod tests {
         }
         assert!(err.to_string().contains("store is unchanged"), "{err}");
         assert_eq!(count(&store), 3000);
-        assert_eq!(store.tags(), tags_before);
+        assert_eq!(store.tags().expect("tags"), tags_before);
         assert_eq!(store.buckets().expect("buckets"), buckets_before);
         drop(store);
         let store = Store::open(&dir).expect("reopen");

@@ -50,14 +50,55 @@ impl Default for SketchConfig {
     }
 }
 
+/// The most events a set's reservoir may hold. A reservoir is kept whole in memory and written
+/// whole at every checkpoint; 10,000 wallet events of about 100 encoded bytes make a 1 MB blob,
+/// which leaves room for extra fields below the largest value the store syncs safely. A `SAMPLE`
+/// larger than this is better answered from the raw events.
+pub const MAX_RESERVOIR: usize = 10_000;
+/// The most heavy-hitter candidates a set may keep. Every candidate is re-estimated on every
+/// merge and stored with its item in the Count-Min blob (about 100 bytes each for a wallet), so
+/// 10,000 keep both under a megabyte per set; a `TOP` longer than that is not a heavy-hitter
+/// question.
+pub const MAX_TOP_K: usize = 10_000;
+/// The Bloom false-positive rates accepted. Below 1e-9 a filter needs more than 30 probes per
+/// item, and each scalable layer tightens the rate further, towards the 64 probes a stored
+/// filter may have; above 1/2, "maybe" says less than a coin.
+pub const BLOOM_FPR_RANGE: std::ops::RangeInclusive<f64> = 1e-9..=0.5;
+
 impl SketchConfig {
-    /// Checks every parameter by building one of each sketch (cheap except for the Bloom bit
-    /// array, which is what a store would allocate anyway).
+    /// Checks every parameter: each family's own bounds (by sizing one of each, without
+    /// allocating the large tables), and [`MAX_RESERVOIR`], [`MAX_TOP_K`] and
+    /// [`BLOOM_FPR_RANGE`].
     pub fn validate(&self) -> Result<(), SketchError> {
+        if !BLOOM_FPR_RANGE.contains(&self.bloom_fpr) {
+            return Err(SketchError::invalid(
+                "bloom false-positive rate",
+                self.bloom_fpr,
+                format!(
+                    "must lie in {}..={}",
+                    BLOOM_FPR_RANGE.start(),
+                    BLOOM_FPR_RANGE.end()
+                ),
+            ));
+        }
         BloomFilter::optimal_size(self.bloom_capacity, self.bloom_fpr)?;
         HyperLogLog::new(self.hll_precision)?;
         Theta::new(self.theta_nominal_entries)?;
         CountMin::dimensions(self.cms_epsilon, self.cms_delta)?;
+        if self.top_k > MAX_TOP_K {
+            return Err(SketchError::invalid(
+                "top-k",
+                self.top_k,
+                format!("must be at most {MAX_TOP_K}"),
+            ));
+        }
+        if self.reservoir_size > MAX_RESERVOIR {
+            return Err(SketchError::invalid(
+                "reservoir size",
+                self.reservoir_size,
+                format!("must be at most {MAX_RESERVOIR}"),
+            ));
+        }
         Ok(())
     }
 }
@@ -76,6 +117,27 @@ pub struct SketchSet<E> {
 }
 
 impl<E> SketchSet<E> {
+    /// What [`Sketch::size_bytes`] reports for a set sized by `config` once every family is at
+    /// its largest: the Bloom and Count-Min tables (allocated whole from the start), dense HLL
+    /// registers, Theta's table at its 2k slots, every heavy-hitter and reservoir slot taken.
+    /// Like `size_bytes`, it leaves out the variable-length payloads (item bytes of the
+    /// heavy hitters, the strings of sampled events). Assumes `config` is valid.
+    pub fn largest_size_bytes(config: &SketchConfig) -> Result<u64, SketchError> {
+        use std::mem::size_of;
+        let (bits, _) = BloomFilter::optimal_size(config.bloom_capacity, config.bloom_fpr)?;
+        let (width, depth) = CountMin::dimensions(config.cms_epsilon, config.cms_delta)?;
+        let as_u64 = |n: usize| n as u64;
+        let bloom = bits.div_ceil(8) + as_u64(size_of::<BloomFilter>());
+        let hll = (1u64 << config.hll_precision) * 6 / 8 + as_u64(size_of::<HyperLogLog>());
+        let theta = u64::from(config.theta_nominal_entries) * 2 * 8 + as_u64(size_of::<Theta>());
+        let cms = width * u64::from(depth) * 8
+            + as_u64(config.top_k).saturating_mul(as_u64(size_of::<super::TopEntry>()))
+            + as_u64(size_of::<CountMin>());
+        let reservoir = as_u64(config.reservoir_size).saturating_mul(as_u64(size_of::<E>()))
+            + as_u64(size_of::<Reservoir<E>>());
+        Ok(bloom + hll + theta + cms + reservoir)
+    }
+
     /// An empty set sized by `config`, sampling with OS randomness.
     pub fn new(config: &SketchConfig) -> Result<Self, SketchError> {
         Self::build(config, Reservoir::new(config.reservoir_size))
@@ -87,6 +149,7 @@ impl<E> SketchSet<E> {
     }
 
     fn build(config: &SketchConfig, reservoir: Reservoir<E>) -> Result<Self, SketchError> {
+        config.validate()?;
         Ok(SketchSet {
             bloom: BloomFilter::new(config.bloom_capacity, config.bloom_fpr)?,
             hll: HyperLogLog::new(config.hll_precision)?,
