@@ -868,6 +868,7 @@ mod extreme_inputs {
                 let _ = store.sketch_set(slice, bucket);
             }
             let _ = store.raw_events_retained(&range);
+            let _ = store.memory_use();
             let _ = store.buckets();
             let _ = store.tags();
             let _ = store.query("SHOW SKETCHES");

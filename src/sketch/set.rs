@@ -120,10 +120,11 @@ impl<E> SketchSet<E> {
     /// What [`Sketch::size_bytes`] reports for a set sized by `config` once every family is at
     /// its largest: the Bloom and Count-Min tables (allocated whole from the start), dense HLL
     /// registers, Theta's table at its 2k slots, every heavy-hitter and reservoir slot taken.
-    /// Like `size_bytes`, it leaves out the variable-length payloads (item bytes of the
-    /// heavy hitters, the strings of sampled events). Assumes `config` is valid.
+    /// It leaves out the heavy hitters' item bytes, which `size_bytes` adds (42 per wallet, so
+    /// 4,200 bytes at the default top-100). An invalid `config` is an error.
     pub fn largest_size_bytes(config: &SketchConfig) -> Result<u64, SketchError> {
         use std::mem::size_of;
+        config.validate()?;
         let (bits, _) = BloomFilter::optimal_size(config.bloom_capacity, config.bloom_fpr)?;
         let (width, depth) = CountMin::dimensions(config.cms_epsilon, config.cms_delta)?;
         let as_u64 = |n: usize| n as u64;
@@ -289,6 +290,77 @@ mod tests {
             ..c
         };
         assert!(bad.validate().is_err());
+    }
+
+    /// Each bound refuses the first value past it, naming the parameter, and accepts the bound.
+    #[test]
+    fn bounds_are_refused_by_name() {
+        let base = SketchConfig::default();
+        let refused = |c: SketchConfig, name: &str| {
+            let err = c.validate().expect_err(name).to_string();
+            assert!(err.contains(name), "{err}");
+        };
+        refused(
+            SketchConfig {
+                reservoir_size: MAX_RESERVOIR + 1,
+                ..base.clone()
+            },
+            "reservoir size",
+        );
+        refused(
+            SketchConfig {
+                top_k: MAX_TOP_K + 1,
+                ..base.clone()
+            },
+            "top-k",
+        );
+        for fpr in [1e-10, 0.51, f64::NAN, 0.0] {
+            refused(
+                SketchConfig {
+                    bloom_fpr: fpr,
+                    ..base.clone()
+                },
+                "false-positive rate",
+            );
+        }
+        SketchConfig {
+            reservoir_size: MAX_RESERVOIR,
+            top_k: MAX_TOP_K,
+            bloom_fpr: 1e-9,
+            bloom_capacity: 1_000,
+            ..base.clone()
+        }
+        .validate()
+        .expect("the bounds themselves");
+        let bad_p = SketchConfig {
+            hll_precision: 200,
+            ..base
+        };
+        assert!(SketchSet::<u64>::largest_size_bytes(&bad_p).is_err());
+    }
+
+    /// `largest_size_bytes` is exactly what a full set reports, less the heavy hitters' item
+    /// bytes: the store checks its memory budget against it.
+    #[test]
+    fn largest_size_is_what_a_full_set_reports() {
+        let config = SketchConfig {
+            bloom_capacity: 1_000,
+            hll_precision: 8,
+            theta_nominal_entries: 64,
+            top_k: 10,
+            reservoir_size: 10,
+            ..SketchConfig::default()
+        };
+        let largest = SketchSet::<u64>::largest_size_bytes(&config).expect("size") as usize;
+        let mut set: SketchSet<u64> = SketchSet::with_seed(&config, 1).expect("set");
+        assert!(set.size_bytes() < largest, "an empty set is smaller");
+        // 20,000 distinct wallets: HLL dense, Theta's table grown to 2k slots, every heavy-hitter
+        // and reservoir slot taken.
+        for i in 0..20_000u64 {
+            let w = wallet(21, i);
+            set.update(&Item::new(w.as_bytes()), || i);
+        }
+        assert_eq!(set.size_bytes(), largest + 10 * 42);
     }
 
     #[test]

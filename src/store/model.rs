@@ -208,11 +208,12 @@ impl Config {
 fn check_name(what: &str, name: &str) -> Result<()> {
     let ok_char = |c: char| c.is_alphanumeric() || c == '_' || c == '-' || c == '.';
     let reason = if name.is_empty() {
-        "is empty"
+        "is empty".to_string()
     } else if name.len() > MAX_NAME_BYTES {
-        "is longer than 128 bytes"
+        format!("is longer than {MAX_NAME_BYTES} bytes")
     } else if !name.chars().all(ok_char) {
-        "may hold only letters, digits, '_', '-' and '.' (queries name it as <field>:<value>)"
+        "may hold only letters, digits, '_', '-' and '.', the words queries can name a field by"
+            .to_string()
     } else {
         return Ok(());
     };
@@ -355,6 +356,78 @@ mod tests {
         assert_eq!(w.label(t), "2025-12-02");
         assert_eq!(BucketWidth::Hour.label(t + 3 * HOUR_MS), "2025-12-02T03");
         assert_eq!(w.bucket_of(-1), -DAY_MS);
+    }
+
+    /// Whatever the values, validation answers (never panics), and a configuration it accepts
+    /// builds its sets, whose sets for one event fit the memory budget at their largest.
+    #[test]
+    fn validation_never_panics_and_what_it_accepts_works() {
+        use crate::sketch::Sketch;
+        use proptest::prelude::*;
+        // Each value from its valid range nine times in ten (so that a good share of the
+        // configurations are valid throughout and the second half of the check runs), from
+        // anywhere otherwise.
+        let cap = prop_oneof![9 => 1u64..3_000_000, 1 => any::<u64>()];
+        let fpr = prop_oneof![9 => 1e-9f64..0.5, 1 => prop::num::f64::ANY];
+        let p = prop_oneof![9 => 4u8..=18, 1 => any::<u8>()];
+        let k = prop_oneof![9 => (4u32..=18).prop_map(|lg| 1u32 << lg), 1 => any::<u32>()];
+        let eps = prop_oneof![9 => 1e-4f64..0.5, 1 => prop::num::f64::ANY];
+        let delta = prop_oneof![9 => 1e-9f64..0.9, 1 => prop::num::f64::ANY];
+        let top = prop_oneof![9 => 0usize..=10_000, 1 => any::<usize>()];
+        let res = prop_oneof![9 => 0usize..=10_000, 1 => any::<usize>()];
+        let tags = prop_oneof![9 => 0usize..=16, 1 => 17usize..40];
+        let budget = prop_oneof![9 => 0usize..(1 << 30), 1 => any::<usize>()];
+        let retention = prop::option::of(prop_oneof![9 => 1i64..(1 << 50), 1 => any::<i64>()]);
+        let config = (
+            (cap, fpr, p, k),
+            (eps, delta, top, res),
+            (tags, budget, retention),
+        )
+            .prop_map(
+                |((cap, fpr, p, k), (eps, delta, top, res), (tags, budget, retention))| Config {
+                    tag_fields: (0..tags).map(|i| format!("t{i}")).collect(),
+                    sketches: SketchConfig {
+                        bloom_capacity: cap,
+                        bloom_fpr: fpr,
+                        hll_precision: p,
+                        theta_nominal_entries: k,
+                        cms_epsilon: eps,
+                        cms_delta: delta,
+                        top_k: top,
+                        reservoir_size: res,
+                        ..SketchConfig::default()
+                    },
+                    memory_budget: budget,
+                    retention_ms: retention,
+                    ..Config::default()
+                },
+            );
+        let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+            cases: 2_000,
+            ..ProptestConfig::default()
+        });
+        let accepted = std::sync::atomic::AtomicUsize::new(0);
+        runner
+            .run(&config, |c| {
+                if c.validate().is_ok() {
+                    accepted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let set = SketchSet::<Event>::new(&c.sketches).expect("builds");
+                    let largest =
+                        SketchSet::<Event>::largest_size_bytes(&c.sketches).expect("size");
+                    prop_assert!(set.size_bytes() as u64 <= largest);
+                    prop_assert!(
+                        (c.tag_fields.len() as u64 + 1) * largest <= c.memory_budget as u64
+                    );
+                    prop_assert!(c.tag_fields.len() <= MAX_TAGS);
+                }
+                Ok(())
+            })
+            .expect("validation holds");
+        let accepted = accepted.into_inner();
+        assert!(
+            accepted >= 200,
+            "only {accepted} of 2,000 configurations were valid"
+        );
     }
 
     #[test]
