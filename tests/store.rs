@@ -73,7 +73,7 @@ fn check_answers(store: &Store, total: u64) {
         vec![T0, T0 + DAY, T0 + 2 * DAY]
     );
     assert_eq!(buckets.iter().map(|b| b.1).sum::<u64>(), total);
-    let mut tags = store.tags();
+    let mut tags = store.tags().expect("tags");
     tags.sort();
     assert_eq!(tags, vec!["chain:a", "chain:b"]);
 
@@ -214,7 +214,7 @@ fn a_bad_event_rejects_the_whole_batch() {
             .0,
         100
     );
-    assert_eq!(store.tags(), vec!["chain:a".to_string()]);
+    assert_eq!(store.tags().expect("tags"), vec!["chain:a".to_string()]);
 }
 
 #[test]
@@ -277,7 +277,7 @@ fn a_damaged_sketch_is_named_and_the_rest_stays_usable() {
         .expect_err("touches the damaged set");
     assert!(err.to_string().contains("chain:a"), "{err}");
     assert_eq!(store.buckets().expect("buckets"), before);
-    assert!(!store.tags().contains(&"chain:z".to_string()));
+    assert!(!store.tags().expect("tags").contains(&"chain:z".to_string()));
 }
 
 #[test]
@@ -306,8 +306,10 @@ fn retention_drops_old_raw_events_but_never_sketches() {
     assert_eq!(store.count(&Slice::Whole, &all).expect("count").0, 10_000);
     let raw = store.events(&Slice::Whole, &all).expect("scan").len();
     assert!(raw < 10_000, "old raw events expired ({raw} left)");
-    assert!(!store.raw_events_retained(&all));
-    assert!(store.raw_events_retained(&TimeRange::between(T0 + 4 * DAY, T0 + 5 * DAY)));
+    assert!(!store.raw_events_retained(&all).expect("retained"));
+    assert!(store
+        .raw_events_retained(&TimeRange::between(T0 + 4 * DAY, T0 + 5 * DAY))
+        .expect("retained"));
     assert!(store
         .merged_hll(&Slice::Whole, &TimeRange::between(T0, T0 + DAY))
         .expect("hll")
@@ -470,7 +472,7 @@ fn an_import_commits_whole_or_rolls_back() {
             .sketch
             .map_or(0.0, |h| h.estimate().value)
     };
-    let before = (whole(&store), distinct(&store), store.tags());
+    let before = (whole(&store), distinct(&store), store.tags().expect("tags"));
 
     let failed: Result<(), StoreError> = store.import(|imp| {
         imp.ingest_batch(rest)?;
@@ -478,7 +480,10 @@ fn an_import_commits_whole_or_rolls_back() {
         Err(StoreError::Query("the input had a bad line".into()))
     });
     assert!(failed.is_err());
-    assert_eq!((whole(&store), distinct(&store), store.tags()), before);
+    assert_eq!(
+        (whole(&store), distinct(&store), store.tags().expect("tags")),
+        before
+    );
 
     let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let _: Result<(), StoreError> = store.import(|imp| {
@@ -489,7 +494,10 @@ fn an_import_commits_whole_or_rolls_back() {
     assert!(panicked.is_err());
     drop(store); // the drop's checkpoint must not write the half-done import
     let store = Store::open(&dir).expect("reopen");
-    assert_eq!((whole(&store), distinct(&store), store.tags()), before);
+    assert_eq!(
+        (whole(&store), distinct(&store), store.tags().expect("tags")),
+        before
+    );
 
     store.import(|imp| imp.ingest_batch(rest)).expect("import");
     assert_eq!(whole(&store), evs.len() as u64);
@@ -499,4 +507,481 @@ fn an_import_commits_whole_or_rolls_back() {
     assert_eq!(whole(&store), evs.len() as u64);
     drop(store);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 11, item 7: a configuration is checked in full at creation, so a store never exists that
+/// later refuses events (or its own sketches) for a reason the configuration already implied.
+#[test]
+fn config_validation_refuses_what_the_store_would_trip_over_later() {
+    let fields = |n: usize| (0..n).map(|i| format!("tag{i}")).collect::<Vec<_>>();
+    // 17 tag fields: an event carrying all of them would be refused (16 tags per event).
+    let seventeen = Config {
+        tag_fields: fields(17),
+        ..small_config()
+    };
+    let err = Store::create(tempdir(), seventeen)
+        .err()
+        .expect("17 tag fields refused");
+    assert!(
+        err.to_string().contains("17") && err.to_string().contains("16"),
+        "{err}"
+    );
+    // 16 are fine, and an event with a value for every one of them is accepted.
+    let sixteen = Config {
+        tag_fields: fields(16),
+        ..small_config()
+    };
+    let store = Store::create(tempdir(), sixteen).expect("16 tag fields");
+    let names = fields(16);
+    let tags: Vec<(&str, &str)> = names.iter().map(|f| (f.as_str(), "v")).collect();
+    store
+        .ingest(&Event::new(T0, "0xabc", &tags))
+        .expect("an event with every tag field");
+
+    let refused = |c: Config, needle: &str| {
+        let err = Store::create(tempdir(), c.clone())
+            .err()
+            .unwrap_or_else(|| panic!("accepted {c:?}"));
+        assert!(err.to_string().contains(needle), "{needle}: {err}");
+    };
+    let sk = |s: SketchConfig| Config {
+        sketches: s,
+        ..small_config()
+    };
+    let base = small_config().sketches;
+    refused(
+        Config {
+            tag_fields: vec!["chain".into(), "chain".into()],
+            ..small_config()
+        },
+        "twice",
+    );
+    // A tag field the query language cannot name (`ON <field>:<value>`).
+    refused(
+        Config {
+            tag_fields: vec!["my chain".into()],
+            ..small_config()
+        },
+        "my chain",
+    );
+    refused(
+        Config {
+            item_field: "a:b".into(),
+            ..small_config()
+        },
+        "a:b",
+    );
+    // Sketch sizes.
+    refused(
+        sk(SketchConfig {
+            reservoir_size: usize::MAX,
+            ..base.clone()
+        }),
+        "reservoir",
+    );
+    refused(
+        sk(SketchConfig {
+            top_k: usize::MAX,
+            ..base.clone()
+        }),
+        "top",
+    );
+    // 1e-30 needs about 100 probes per item, more than a stored filter may have: the store
+    // would later report its own filters as damaged.
+    refused(
+        sk(SketchConfig {
+            bloom_fpr: 1e-30,
+            ..base.clone()
+        }),
+        "false-positive rate",
+    );
+    // Theta at 2^20 holds up to 2^21 hashes (16 MiB): past the largest value sled keeps in
+    // its synced segment log.
+    refused(
+        sk(SketchConfig {
+            theta_nominal_entries: 1 << 20,
+            ..base.clone()
+        }),
+        "theta",
+    );
+    refused(
+        sk(SketchConfig {
+            cms_epsilon: 1e-6,
+            ..base.clone()
+        }),
+        "count-min",
+    );
+    // A budget smaller than the sets one event touches can never be met.
+    refused(
+        Config {
+            memory_budget: 1_000,
+            ..small_config()
+        },
+        "memory budget",
+    );
+    refused(
+        Config {
+            retention_ms: Some(i64::MAX),
+            ..small_config()
+        },
+        "retention",
+    );
+}
+
+/// Issue 11, item 8: a panic inside `import` rolls the import back and leaves the store fully
+/// usable: what is ingested and flushed afterwards survives a reopen.
+#[test]
+fn a_panic_inside_import_rolls_back_and_later_flushes_persist() {
+    let dir = tempdir();
+    let store = Store::create(&dir, small_config()).expect("create");
+    let evs = events();
+    store.ingest_batch(&evs[..500]).expect("ingest");
+    store.flush().expect("flush");
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _: Result<(), StoreError> = store.import(|imp| {
+            imp.ingest_batch(&evs[500..1_500])?;
+            panic!("a bug in the caller");
+        });
+    }));
+    assert!(panicked.is_err(), "the panic reaches the caller");
+    let whole = |s: &Store| s.count(&Slice::Whole, &TimeRange::all()).expect("count").0;
+    assert_eq!(whole(&store), 500, "the import was rolled back");
+    store
+        .ingest_batch(&evs[1_500..2_500])
+        .expect("ingest after");
+    store.flush().expect("flush after");
+    drop(store);
+    let store = Store::open(&dir).expect("reopen");
+    assert_eq!(whole(&store), 1_500);
+    let logged = store
+        .events(&Slice::Whole, &TimeRange::all())
+        .expect("scan")
+        .len();
+    assert_eq!(logged, 1_500, "every flushed event is in the log");
+}
+
+/// Issue 11, item 9: times at the ends of `i64` are refused with an error naming the value, never
+/// a panic or a silently wrapped bucket; the supported span's own ends work.
+#[test]
+fn extreme_times_are_errors_naming_the_value() {
+    let config = Config {
+        retention_ms: Some(DAY),
+        ..small_config()
+    };
+    let store = Store::create(tempdir(), config).expect("create");
+    for t in [i64::MIN, i64::MIN + 1, i64::MAX, i64::MAX - 1] {
+        let err = store
+            .ingest(&Event::new(t, "0xabc", &[]))
+            .expect_err("refused");
+        assert!(err.to_string().contains(&t.to_string()), "{err}");
+    }
+    // 0000-01-01T00:00:00Z and 9999-12-31T23:59:59.999Z are the supported span's ends.
+    let (first, last) = (-62_167_219_200_000i64, 253_402_300_799_999i64);
+    for t in [first - 1, last + 1] {
+        let err = store
+            .ingest(&Event::new(t, "0xabc", &[]))
+            .expect_err("just outside");
+        assert!(err.to_string().contains(&t.to_string()), "{err}");
+    }
+    store
+        .ingest_batch(&[
+            Event::new(first, "0xfirst", &[("chain", "a")]),
+            Event::new(last, "0xlast", &[("chain", "a")]),
+        ])
+        .expect("the span's ends");
+    store.flush().expect("flush");
+    store.checkpoint().expect("checkpoint with retention");
+    let all = TimeRange::all();
+    assert_eq!(store.count(&Slice::Whole, &all).expect("count").0, 2);
+    assert!(store
+        .sketch_set(&Slice::Whole, last)
+        .expect("last bucket")
+        .is_some());
+    assert!(store
+        .sketch_set(&Slice::Whole, first)
+        .expect("first bucket")
+        .is_some());
+
+    let wide = TimeRange::between(i64::MIN, i64::MAX);
+    let err = store
+        .count(&Slice::Whole, &wide)
+        .expect_err("extreme range");
+    assert!(err.to_string().contains(&i64::MIN.to_string()), "{err}");
+    let open_end = TimeRange {
+        start: None,
+        end: Some(i64::MAX),
+    };
+    let err = store
+        .merged_hll(&Slice::Whole, &open_end)
+        .expect_err("extreme end");
+    assert!(err.to_string().contains(&i64::MAX.to_string()), "{err}");
+    let err = store
+        .sketch_set(&Slice::Whole, i64::MIN)
+        .expect_err("extreme bucket");
+    assert!(err.to_string().contains(&i64::MIN.to_string()), "{err}");
+    let mut rng = StdRng::seed_from_u64(3);
+    let err = store
+        .sample(&Slice::Whole, &all, usize::MAX, &mut rng)
+        .expect_err("sample size");
+    assert!(err.to_string().contains(&usize::MAX.to_string()), "{err}");
+    // The store is still whole.
+    assert_eq!(store.count(&Slice::Whole, &all).expect("count").0, 2);
+}
+
+mod extreme_inputs {
+    //! Issue 11, item 9: every public `Store` method fed extreme values (times and range ends at
+    //! the ends of `i64` and of the supported span, sizes at the ends of `usize`, empty and odd
+    //! strings) returns a result, never panics (tests are built with overflow checks on), and
+    //! every call that reports success did its work: the store's count is exactly the events
+    //! whose ingest returned `Ok`.
+    use super::*;
+    use proptest::prelude::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::OnceLock;
+
+    const FIRST: i64 = -62_167_219_200_000; // 0000-01-01T00:00:00Z
+    const LAST: i64 = 253_402_300_799_999; // 9999-12-31T23:59:59.999Z
+
+    fn time() -> impl Strategy<Value = i64> {
+        prop_oneof![
+            Just(i64::MIN),
+            Just(i64::MIN + 1),
+            Just(i64::MAX),
+            Just(i64::MAX - 1),
+            Just(FIRST),
+            Just(FIRST - 1),
+            Just(LAST),
+            Just(LAST + 1),
+            Just(0),
+            any::<i64>(),
+            (T0..T0 + 10 * DAY),
+        ]
+    }
+
+    fn size() -> impl Strategy<Value = usize> {
+        prop_oneof![
+            Just(0usize),
+            Just(1),
+            Just(usize::MAX),
+            Just(usize::MAX / 2),
+            0..500usize,
+            any::<usize>()
+        ]
+    }
+
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just(String::new()),
+            "0x[0-9a-f]{40}",
+            "[a-c:]{1,3}",
+            ".{0,12}",
+        ]
+    }
+
+    fn event() -> impl Strategy<Value = Event> {
+        let field = prop_oneof![
+            Just("chain".to_string()),
+            Just("token".to_string()),
+            Just(String::new()),
+            Just("x:y".to_string()),
+        ];
+        (
+            time(),
+            text(),
+            prop::collection::vec((field, text()), 0..20),
+            ".{0,8}",
+        )
+            .prop_map(|(time, item, tags, extra)| Event {
+                time,
+                item,
+                tags,
+                extra,
+            })
+    }
+
+    struct Shared {
+        store: Store,
+        accepted: AtomicU64,
+    }
+
+    fn shared() -> &'static Shared {
+        static SHARED: OnceLock<Shared> = OnceLock::new();
+        SHARED.get_or_init(|| {
+            let config = Config {
+                tag_fields: vec!["chain".into(), "token".into()],
+                bucket: BucketWidth::Hour,
+                retention_ms: Some(DAY),
+                checkpoint_every: 7,
+                ..small_config()
+            };
+            Shared {
+                store: Store::create(tempdir(), config).expect("create"),
+                accepted: AtomicU64::new(0),
+            }
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        #[test]
+        fn no_public_store_method_panics_or_reports_work_it_did_not_do(
+            one in event(),
+            batch in prop::collection::vec(event(), 0..4),
+            start in prop::option::of(time()),
+            end in prop::option::of(time()),
+            n in size(),
+            bucket in time(),
+            item in text(),
+            seed in any::<u64>(),
+        ) {
+            let s = shared();
+            let store = &s.store;
+            if store.ingest(&one).is_ok() {
+                s.accepted.fetch_add(1, Ordering::SeqCst);
+            }
+            if !(FIRST..=LAST).contains(&one.time) {
+                prop_assert!(store.ingest(&one).is_err(), "time {} accepted", one.time);
+            }
+            if store.ingest_batch(&batch).is_ok() {
+                s.accepted.fetch_add(batch.len() as u64, Ordering::SeqCst);
+            }
+            if store.import(|imp| imp.ingest_batch(&batch)).is_ok() {
+                s.accepted.fetch_add(batch.len() as u64, Ordering::SeqCst);
+            }
+            let range = TimeRange { start, end };
+            let mut rng = StdRng::seed_from_u64(seed);
+            let mut slices = vec![Slice::Whole, Slice::tag("chain", "a"), Slice::tag("nope", "x")];
+            slices.extend(one.tags.iter().map(|(f, v)| Slice::tag(f, v)));
+            for slice in &slices {
+                let _ = store.tag_id_of(slice);
+                let _ = store.count(slice, &range);
+                let _ = store.merged_hll(slice, &range);
+                let _ = store.merged_theta(slice, &range);
+                let _ = store.merged_countmin(slice, &range);
+                let _ = store.membership(slice, &range, &item);
+                let _ = store.frequency(slice, &range, &item);
+                let _ = store.top(slice, &range, n);
+                let _ = store.sample(slice, &range, n, &mut rng);
+                let _ = store.scan(slice, &range, |_| {});
+                let _ = store.events(slice, &range);
+                let _ = store.sketch_set(slice, bucket);
+            }
+            let _ = store.raw_events_retained(&range);
+            let _ = store.memory_use();
+            let _ = store.buckets();
+            let _ = store.tags();
+            let _ = store.query("SHOW SKETCHES");
+            let mut buf = [0u8; 20];
+            let _ = Store::item_key(&item, &mut buf);
+            prop_assert!(store.flush().is_ok());
+            prop_assert!(store.checkpoint().is_ok());
+            let (count, _) = store.count(&Slice::Whole, &TimeRange::all()).expect("count");
+            prop_assert_eq!(count, s.accepted.load(Ordering::SeqCst));
+        }
+    }
+}
+
+/// Issue 11, item 11: reads (typed `sketch_set`, `SHOW SKETCHES`, merged sketches, samples,
+/// membership) never grow the sketch sets held in memory past the budget, however many buckets
+/// they read.
+#[test]
+fn reads_never_grow_memory_past_the_budget() {
+    let sketches = SketchConfig {
+        bloom_capacity: 2_000,
+        theta_nominal_entries: 256,
+        hll_precision: 10,
+        cms_epsilon: 0.01,
+        top_k: 20,
+        reservoir_size: 20,
+        ..SketchConfig::default()
+    };
+    let per_set =
+        sketchdb::sketch::SketchSet::<Event>::largest_size_bytes(&sketches).expect("size") as usize;
+    // Room for 8 sets at their largest; the store below holds 400 (200 hours, 2 per hour).
+    let budget = 8 * per_set;
+    let config = Config {
+        bucket: BucketWidth::Hour,
+        memory_budget: budget,
+        sketches,
+        ..small_config()
+    };
+    let store = Store::create(tempdir(), config).expect("create");
+    let hours = 200i64;
+    for h in 0..hours {
+        let batch: Vec<Event> = (0..30u64)
+            .map(|i| {
+                Event::new(
+                    T0 + h * 3_600_000 + i as i64,
+                    wallet_address(4, h as u64 * 30 + i),
+                    &[("chain", "a")],
+                )
+            })
+            .collect();
+        store.ingest_batch(&batch).expect("ingest");
+    }
+    store.flush().expect("flush");
+    let within = |what: &str| {
+        let used = store.memory_use().expect("memory").sets;
+        assert!(
+            used <= budget,
+            "after {what}: {used} bytes of sketch sets held, budget {budget}"
+        );
+    };
+    within("ingest");
+    let a = Slice::tag("chain", "a");
+    for h in 0..hours {
+        let t = T0 + h * 3_600_000;
+        for slice in [&Slice::Whole, &a] {
+            let set = store.sketch_set(slice, t).expect("read").expect("present");
+            assert_eq!(set.events, 30);
+        }
+    }
+    within("sketch_set over every bucket");
+    for _ in 0..3 {
+        let answer = store.query("SHOW SKETCHES").expect("show sketches");
+        assert_eq!(answer.buckets, hours as usize);
+    }
+    within("SHOW SKETCHES");
+    let all = TimeRange::all();
+    let mut rng = StdRng::seed_from_u64(5);
+    for slice in [&Slice::Whole, &a] {
+        store.merged_hll(slice, &all).expect("hll");
+        store.merged_theta(slice, &all).expect("theta");
+        store.top(slice, &all, 5).expect("top");
+        store.sample(slice, &all, 20, &mut rng).expect("sample");
+        let range = TimeRange::between(T0 + 3_600_000, T0 + 190 * 3_600_000);
+        store
+            .membership(slice, &range, &wallet_address(4, 7))
+            .expect("seen");
+        store.count(slice, &all).expect("count");
+        store.events(slice, &range).expect("events");
+    }
+    within("merges, samples, membership and scans");
+    // And the answers did not suffer: every event is still counted.
+    assert_eq!(
+        store.count(&Slice::Whole, &all).expect("count").0,
+        30 * hours as u64
+    );
+}
+
+/// A panic in the caller's `scan` callback reaches the caller and leaves the store usable (the
+/// callback runs while the store's state is held, but changes nothing of it).
+#[test]
+fn a_panicking_scan_callback_leaves_the_store_usable() {
+    let store = Store::create(tempdir(), small_config()).expect("create");
+    store.ingest_batch(&events()[..100]).expect("ingest");
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = store.scan(&Slice::Whole, &TimeRange::all(), |_| panic!("caller's bug"));
+    }));
+    assert!(panicked.is_err());
+    store.ingest_batch(&events()[100..200]).expect("ingest");
+    store.flush().expect("flush");
+    assert_eq!(
+        store
+            .count(&Slice::Whole, &TimeRange::all())
+            .expect("count")
+            .0,
+        200
+    );
 }

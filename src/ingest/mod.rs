@@ -857,7 +857,7 @@ mod tests {
             (first.events, first.buckets, first.tags.len()),
             (3000, 1, 2)
         );
-        let tags_before = store.tags();
+        let tags_before = store.tags().expect("tags");
         let buckets_before = store.buckets().expect("buckets");
         let err = ingest(
             &store,
@@ -875,7 +875,7 @@ mod tests {
         }
         assert!(err.to_string().contains("store is unchanged"), "{err}");
         assert_eq!(count(&store), 3000);
-        assert_eq!(store.tags(), tags_before);
+        assert_eq!(store.tags().expect("tags"), tags_before);
         assert_eq!(store.buckets().expect("buckets"), buckets_before);
         drop(store);
         let store = Store::open(&dir).expect("reopen");
@@ -975,7 +975,7 @@ mod tests {
             &mut |_| {},
         )
         .expect("good input");
-        let tags_before = store.tags();
+        let tags_before = store.tags().expect("tags");
         // 200,000 lines are 13 batches: the store fails on the third while the parser has
         // more than the channel's four left to send.
         for panic in [false, true] {
@@ -992,7 +992,7 @@ mod tests {
             }
             assert!(err.to_string().contains("store is unchanged"), "{err}");
             assert_eq!(count(&store), 1000, "panic: {panic}");
-            assert_eq!(store.tags(), tags_before);
+            assert_eq!(store.tags().expect("tags"), tags_before);
         }
         // The store is still usable, and nothing of the failed inputs reaches the disk.
         let s = ingest_within_a_minute(&store, lines(20_000, None), 0, false).expect("ingest");

@@ -114,7 +114,7 @@ impl<'s> Session<'s> {
             plan.range = r;
             plan.range_label = label;
         }
-        if plan.method == Method::Scan && !self.store.raw_events_retained(&plan.range) {
+        if plan.method == Method::Scan && !self.store.raw_events_retained(&plan.range)? {
             return Err(StoreError::Query(format!(
                 "raw events for part of {} have expired, so an exact answer is not possible; ask without EXACT",
                 plan.range_label
@@ -164,7 +164,7 @@ impl<'s> Session<'s> {
 
     /// Whether an exact scan may replace an approximate answer, or why not.
     fn may_scan(&self, range: &TimeRange) -> Result<Result<u64, String>, QueryError> {
-        if !self.store.raw_events_retained(range) {
+        if !self.store.raw_events_retained(range)? {
             return Ok(Err("raw events for part of the range have expired".into()));
         }
         let n = self.events_in(range)?;
@@ -640,7 +640,7 @@ impl<'s> Session<'s> {
             Some(field) => {
                 let values: Vec<Slice> = self
                     .store
-                    .tags()
+                    .tags()?
                     .into_iter()
                     .filter_map(|t| {
                         t.split_once(':')

@@ -36,7 +36,7 @@ pub fn answer(store: &Store, statement: &Statement) -> Result<Answer, QueryError
         }
         Statement::ShowTags => {
             let rows = store
-                .tags()
+                .tags()?
                 .into_iter()
                 .map(serde_json::Value::String)
                 .collect();
@@ -63,7 +63,7 @@ pub fn answer(store: &Store, statement: &Statement) -> Result<Answer, QueryError
                     "events: {}; buckets: {}; tag values: {}",
                     thousands(events as f64),
                     buckets.len(),
-                    store.tags().len()
+                    store.tags()?.len()
                 ),
                 format!(
                     "bloom: {} items at {}% per set: m = {} bits, k = {}, {} bytes",

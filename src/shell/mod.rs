@@ -120,7 +120,7 @@ pub fn run(store: &Store, options: ShellOptions) -> Result<(), ShellError> {
 fn vocabulary(store: &Store, old: &Vocabulary) -> Vocabulary {
     let width = store.config().bucket;
     Vocabulary {
-        tags: store.tags(),
+        tags: store.tags().unwrap_or_else(|_| old.tags.clone()),
         dates: match store.buckets() {
             Ok(b) => b.iter().map(|(start, _)| width.label(*start)).collect(),
             Err(_) => old.dates.clone(),

@@ -213,7 +213,10 @@ impl<T: Serialize + DeserializeOwned + Clone> Sketch for Reservoir<T> {
 
     /// The slots of a full reservoir; heap data the events own (strings) is not counted.
     fn size_bytes(&self) -> usize {
-        self.capacity * std::mem::size_of::<T>() + std::mem::size_of::<Self>()
+        // Saturating: the capacity is the caller's (bounded by `MAX_RESERVOIR` in a store).
+        self.capacity
+            .saturating_mul(std::mem::size_of::<T>())
+            .saturating_add(std::mem::size_of::<Self>())
     }
 
     fn validate(&self) -> Result<(), SketchError> {

@@ -50,14 +50,55 @@ impl Default for SketchConfig {
     }
 }
 
+/// The most events a set's reservoir may hold. A reservoir is kept whole in memory and written
+/// whole at every checkpoint; 10,000 wallet events of about 100 encoded bytes make a 1 MB blob,
+/// which leaves room for extra fields below the largest value the store syncs safely. A `SAMPLE`
+/// larger than this is better answered from the raw events.
+pub const MAX_RESERVOIR: usize = 10_000;
+/// The most heavy-hitter candidates a set may keep. Every candidate is re-estimated on every
+/// merge and stored with its item in the Count-Min blob (about 100 bytes each for a wallet), so
+/// 10,000 keep both under a megabyte per set; a `TOP` longer than that is not a heavy-hitter
+/// question.
+pub const MAX_TOP_K: usize = 10_000;
+/// The Bloom false-positive rates accepted. Below 1e-9 a filter needs more than 30 probes per
+/// item, and each scalable layer tightens the rate further, towards the 64 probes a stored
+/// filter may have; above 1/2, "maybe" says less than a coin.
+pub const BLOOM_FPR_RANGE: std::ops::RangeInclusive<f64> = 1e-9..=0.5;
+
 impl SketchConfig {
-    /// Checks every parameter by building one of each sketch (cheap except for the Bloom bit
-    /// array, which is what a store would allocate anyway).
+    /// Checks every parameter: each family's own bounds (by sizing one of each, without
+    /// allocating the large tables), and [`MAX_RESERVOIR`], [`MAX_TOP_K`] and
+    /// [`BLOOM_FPR_RANGE`].
     pub fn validate(&self) -> Result<(), SketchError> {
+        if !BLOOM_FPR_RANGE.contains(&self.bloom_fpr) {
+            return Err(SketchError::invalid(
+                "bloom false-positive rate",
+                self.bloom_fpr,
+                format!(
+                    "must lie in {}..={}",
+                    BLOOM_FPR_RANGE.start(),
+                    BLOOM_FPR_RANGE.end()
+                ),
+            ));
+        }
         BloomFilter::optimal_size(self.bloom_capacity, self.bloom_fpr)?;
         HyperLogLog::new(self.hll_precision)?;
         Theta::new(self.theta_nominal_entries)?;
         CountMin::dimensions(self.cms_epsilon, self.cms_delta)?;
+        if self.top_k > MAX_TOP_K {
+            return Err(SketchError::invalid(
+                "top-k",
+                self.top_k,
+                format!("must be at most {MAX_TOP_K}"),
+            ));
+        }
+        if self.reservoir_size > MAX_RESERVOIR {
+            return Err(SketchError::invalid(
+                "reservoir size",
+                self.reservoir_size,
+                format!("must be at most {MAX_RESERVOIR}"),
+            ));
+        }
         Ok(())
     }
 }
@@ -76,6 +117,28 @@ pub struct SketchSet<E> {
 }
 
 impl<E> SketchSet<E> {
+    /// What [`Sketch::size_bytes`] reports for a set sized by `config` once every family is at
+    /// its largest: the Bloom and Count-Min tables (allocated whole from the start), dense HLL
+    /// registers, Theta's table at its 2k slots, every heavy-hitter and reservoir slot taken.
+    /// It leaves out the heavy hitters' item bytes, which `size_bytes` adds (42 per wallet, so
+    /// 4,200 bytes at the default top-100). An invalid `config` is an error.
+    pub fn largest_size_bytes(config: &SketchConfig) -> Result<u64, SketchError> {
+        use std::mem::size_of;
+        config.validate()?;
+        let (bits, _) = BloomFilter::optimal_size(config.bloom_capacity, config.bloom_fpr)?;
+        let (width, depth) = CountMin::dimensions(config.cms_epsilon, config.cms_delta)?;
+        let as_u64 = |n: usize| n as u64;
+        let bloom = bits.div_ceil(8) + as_u64(size_of::<BloomFilter>());
+        let hll = (1u64 << config.hll_precision) * 6 / 8 + as_u64(size_of::<HyperLogLog>());
+        let theta = u64::from(config.theta_nominal_entries) * 2 * 8 + as_u64(size_of::<Theta>());
+        let cms = width * u64::from(depth) * 8
+            + as_u64(config.top_k).saturating_mul(as_u64(size_of::<super::TopEntry>()))
+            + as_u64(size_of::<CountMin>());
+        let reservoir = as_u64(config.reservoir_size).saturating_mul(as_u64(size_of::<E>()))
+            + as_u64(size_of::<Reservoir<E>>());
+        Ok(bloom + hll + theta + cms + reservoir)
+    }
+
     /// An empty set sized by `config`, sampling with OS randomness.
     pub fn new(config: &SketchConfig) -> Result<Self, SketchError> {
         Self::build(config, Reservoir::new(config.reservoir_size))
@@ -87,6 +150,7 @@ impl<E> SketchSet<E> {
     }
 
     fn build(config: &SketchConfig, reservoir: Reservoir<E>) -> Result<Self, SketchError> {
+        config.validate()?;
         Ok(SketchSet {
             bloom: BloomFilter::new(config.bloom_capacity, config.bloom_fpr)?,
             hll: HyperLogLog::new(config.hll_precision)?,
@@ -226,6 +290,77 @@ mod tests {
             ..c
         };
         assert!(bad.validate().is_err());
+    }
+
+    /// Each bound refuses the first value past it, naming the parameter, and accepts the bound.
+    #[test]
+    fn bounds_are_refused_by_name() {
+        let base = SketchConfig::default();
+        let refused = |c: SketchConfig, name: &str| {
+            let err = c.validate().expect_err(name).to_string();
+            assert!(err.contains(name), "{err}");
+        };
+        refused(
+            SketchConfig {
+                reservoir_size: MAX_RESERVOIR + 1,
+                ..base.clone()
+            },
+            "reservoir size",
+        );
+        refused(
+            SketchConfig {
+                top_k: MAX_TOP_K + 1,
+                ..base.clone()
+            },
+            "top-k",
+        );
+        for fpr in [1e-10, 0.51, f64::NAN, 0.0] {
+            refused(
+                SketchConfig {
+                    bloom_fpr: fpr,
+                    ..base.clone()
+                },
+                "false-positive rate",
+            );
+        }
+        SketchConfig {
+            reservoir_size: MAX_RESERVOIR,
+            top_k: MAX_TOP_K,
+            bloom_fpr: 1e-9,
+            bloom_capacity: 1_000,
+            ..base.clone()
+        }
+        .validate()
+        .expect("the bounds themselves");
+        let bad_p = SketchConfig {
+            hll_precision: 200,
+            ..base
+        };
+        assert!(SketchSet::<u64>::largest_size_bytes(&bad_p).is_err());
+    }
+
+    /// `largest_size_bytes` is exactly what a full set reports, less the heavy hitters' item
+    /// bytes: the store checks its memory budget against it.
+    #[test]
+    fn largest_size_is_what_a_full_set_reports() {
+        let config = SketchConfig {
+            bloom_capacity: 1_000,
+            hll_precision: 8,
+            theta_nominal_entries: 64,
+            top_k: 10,
+            reservoir_size: 10,
+            ..SketchConfig::default()
+        };
+        let largest = SketchSet::<u64>::largest_size_bytes(&config).expect("size") as usize;
+        let mut set: SketchSet<u64> = SketchSet::with_seed(&config, 1).expect("set");
+        assert!(set.size_bytes() < largest, "an empty set is smaller");
+        // 20,000 distinct wallets: HLL dense, Theta's table grown to 2k slots, every heavy-hitter
+        // and reservoir slot taken.
+        for i in 0..20_000u64 {
+            let w = wallet(21, i);
+            set.update(&Item::new(w.as_bytes()), || i);
+        }
+        assert_eq!(set.size_bytes(), largest + 10 * 42);
     }
 
     #[test]

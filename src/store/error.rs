@@ -38,6 +38,23 @@ pub enum StoreError {
     ConfigValue(String),
     #[error("event {index} of the batch: {reason}")]
     BadEvent { index: usize, reason: String },
+    /// An argument of a library call outside what the store supports (a time range's end, a
+    /// bucket time, a sample size): nothing was read or changed.
+    #[error("invalid {what} {value}: {reason}")]
+    InvalidArgument {
+        what: &'static str,
+        value: String,
+        reason: String,
+    },
+    /// The in-memory state can no longer be trusted (a rollback failed, or a panic interrupted a
+    /// change to it). Every call fails until the store is reopened, which rebuilds the state from
+    /// what is durable; nothing unconfirmed is written meanwhile.
+    #[error("{path}: the store must be reopened: {reason}")]
+    MustReopen { path: PathBuf, reason: String },
+    /// A `Store` method called from inside [`Store::import`](super::Store::import) on the same
+    /// thread, which holds the store until the import ends (waiting would never end).
+    #[error("{path}: called from inside an import on this store; feed the import through the `Import` it was given, or finish it first")]
+    InsideImport { path: PathBuf },
     #[error("{0}")]
     Query(String),
 }

@@ -19,7 +19,9 @@ pub mod model;
 pub mod ops;
 
 pub use error::{Result, StoreError};
-pub use model::{lowercase_item, BucketWidth, Config, Event, Slice, TimeRange};
+pub use model::{
+    lowercase_item, BucketWidth, Config, Event, Slice, TimeRange, MAX_TIME, MIN_TIME, RANGE_LIMIT,
+};
 
 use crate::codec;
 use crate::hash::{Item, ItemHashes};
@@ -31,7 +33,9 @@ use keys::Part;
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 /// sled segment size for new stores (sled's default is 512 KiB). sled 0.34 writes any value,
@@ -184,8 +188,28 @@ pub(crate) struct State {
     /// Events older than this were dropped from the log by retention.
     pub(crate) log_retained_from: Option<i64>,
     /// Inside [`Store::import`]: nothing may reach the disk until it commits, so checkpoints
-    /// and log writes wait. Stays set if the import panics, so a drop cannot persist half of it.
+    /// and log writes wait.
     importing: bool,
+    /// Why this state can no longer be trusted (a rollback failed): every call then fails with
+    /// [`StoreError::MustReopen`], and nothing more is written.
+    broken: Option<String>,
+}
+
+/// Bytes held in memory by a store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryUse {
+    /// Sketch sets held for ingest (what [`Config::memory_budget`] bounds).
+    pub sets: usize,
+    /// Merged results kept for reuse (what [`Config::cache_bytes`] bounds).
+    pub cache: usize,
+}
+
+/// A small number unique to the calling thread (never 0), to recognise the thread running an
+/// import. 0 during thread teardown, when thread-locals are gone (no import runs then).
+fn thread_token() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local!(static TOKEN: u64 = NEXT.fetch_add(1, Ordering::Relaxed));
+    TOKEN.try_with(|t| *t).unwrap_or(0)
 }
 
 /// An open store. `Send + Sync`: ingest and queries may run from many threads; a mutex
@@ -195,6 +219,9 @@ pub struct Store {
     db: sled::Db,
     config: Config,
     state: Mutex<State>,
+    /// The [`thread_token`] of the thread inside [`Store::import`], 0 if none: a call from that
+    /// thread would wait for itself forever, so it is refused instead.
+    importer: AtomicU64,
 }
 
 /// An import in progress (see [`Store::import`]).
@@ -368,6 +395,7 @@ impl Store {
             db,
             config,
             state: Mutex::new(state),
+            importer: AtomicU64::new(0),
         };
         store.replay()?;
         Ok(store)
@@ -471,6 +499,7 @@ impl Store {
             deferred_error: None,
             log_retained_from,
             importing: false,
+            broken: None,
         };
         Ok((config, state))
     }
@@ -480,10 +509,19 @@ impl Store {
             .map_err(StoreError::Config)
     }
 
-    /// Typed access to one bucket's sketch set (a copy), for services that want the sketches
-    /// themselves. `None` if the slice has no events in that bucket.
-    pub fn sketch_set(&self, slice: &Slice, bucket: i64) -> Result<Option<SketchSet<Event>>> {
-        let mut st = self.lock();
+    /// Typed access to the sketch set (a copy) of the bucket holding `time`, for services that
+    /// want the sketches themselves. `None` if the slice has no events in that bucket. A time
+    /// outside [`MIN_TIME`]`..=`[`MAX_TIME`] is an error.
+    ///
+    /// A set not held for ingest is read from disk for the copy and not kept, so reads never
+    /// grow the memory that [`Config::memory_budget`] bounds.
+    pub fn sketch_set(&self, slice: &Slice, time: i64) -> Result<Option<SketchSet<Event>>> {
+        model::check_time(time).map_err(|reason| StoreError::InvalidArgument {
+            what: "bucket time",
+            value: format!("{time} ms"),
+            reason,
+        })?;
+        let st = self.lock()?;
         let tag = match slice {
             Slice::Whole => keys::WHOLE,
             Slice::Tag { .. } => match st.tags.id(&slice.name()) {
@@ -491,14 +529,20 @@ impl Store {
                 None => return Ok(None),
             },
         };
-        let bucket = self.config.bucket.bucket_of(bucket);
-        if !st.sets.contains_key(&(tag, bucket))
-            && self.read_header(&st.tags, tag, bucket)?.is_none()
-        {
-            return Ok(None);
+        let bucket = self.config.bucket.bucket_of(time);
+        if let Some(active) = st.sets.get(&(tag, bucket)) {
+            return Ok(Some(active.set.clone()));
         }
-        self.ensure_loaded(&mut st, tag, bucket)?;
-        Ok(st.sets.get(&(tag, bucket)).map(|a| a.set.clone()))
+        Ok(self.read_set(&st.tags, tag, bucket)?.map(|(set, _)| set))
+    }
+
+    /// Bytes the store holds in memory: sketch sets and cached merges.
+    pub fn memory_use(&self) -> Result<MemoryUse> {
+        let st = self.lock()?;
+        Ok(MemoryUse {
+            sets: Self::sets_bytes(&st),
+            cache: st.cache.used(),
+        })
     }
 
     /// The store's directory.
@@ -510,19 +554,34 @@ impl Store {
         &self.config
     }
 
-    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
-        // A panic while holding the lock cannot leave a half-applied event: events are applied
-        // to a set only after every set they need was loaded, and each update is infallible.
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    /// The in-memory state, or why it cannot be used: a panic while it was held (the mutex is
+    /// poisoned: whatever change was under way may be half done), a failed rollback, or a call
+    /// from the thread inside [`Store::import`] (it would wait for itself).
+    pub(crate) fn lock(&self) -> Result<MutexGuard<'_, State>> {
+        let me = thread_token();
+        if me != 0 && self.importer.load(Ordering::Acquire) == me {
+            return Err(StoreError::InsideImport {
+                path: self.path.clone(),
+            });
+        }
+        let st = self.state.lock().map_err(|_| StoreError::MustReopen {
+            path: self.path.clone(),
+            reason: "a panic interrupted a change to its in-memory state".into(),
+        })?;
+        if let Some(reason) = &st.broken {
+            return Err(StoreError::MustReopen {
+                path: self.path.clone(),
+                reason: reason.clone(),
+            });
+        }
+        Ok(st)
     }
 
     /// Replays log events past each set's checkpoint (after a crash, or a drop without a
     /// checkpoint). Events below a set's stored position are already in it and are skipped, so
     /// nothing is counted twice.
     fn replay(&self) -> Result<()> {
-        let mut st = self.lock();
+        let mut st = self.lock()?;
         let from = st.checkpoint_pos.min(st.all_time_pos);
         if from >= st.next_seq {
             return Ok(());
@@ -558,6 +617,10 @@ impl Store {
                 st.all_time_pos = seq + 1;
             }
             st.newest = Some(st.newest.map_or(event.time, |n| n.max(event.time)));
+        }
+        // Replay loads every set the replayed events touch; hold no more than the budget after.
+        if Self::sets_bytes(&st) > self.config.memory_budget {
+            self.checkpoint_locked(&mut st)?;
         }
         Ok(())
     }
@@ -676,58 +739,69 @@ impl Store {
         if st.sets.contains_key(&(tag, bucket)) {
             return Ok(());
         }
-        let active = match self.read_header(&st.tags, tag, bucket)? {
-            None => Active {
-                set: SketchSet::new(&self.config.sketches).map_err(StoreError::Config)?,
-                log_pos: 0,
-                dirty: false,
-                last_used: st.clock,
-            },
-            Some((events, log_pos)) => {
-                let tags = &st.tags;
-                let missing = |part: Part| StoreError::DamagedLog {
-                    name: self.blob_name(tags, part, tag, bucket),
-                    detail: "missing".into(),
-                };
-                let set = SketchSet {
-                    bloom: self
-                        .read_part::<BloomFilter>(tags, Part::Bloom, tag, bucket)?
-                        .ok_or_else(|| missing(Part::Bloom))?,
-                    hll: self
-                        .read_part::<HyperLogLog>(tags, Part::Hll, tag, bucket)?
-                        .ok_or_else(|| missing(Part::Hll))?,
-                    theta: self
-                        .read_part::<Theta>(tags, Part::Theta, tag, bucket)?
-                        .ok_or_else(|| missing(Part::Theta))?,
-                    cms: self
-                        .read_part::<CountMin>(tags, Part::CountMin, tag, bucket)?
-                        .ok_or_else(|| missing(Part::CountMin))?,
-                    reservoir: self
-                        .read_part::<Reservoir<Event>>(tags, Part::Reservoir, tag, bucket)?
-                        .ok_or_else(|| missing(Part::Reservoir))?,
-                    events,
-                };
-                set.validate().map_err(|source| StoreError::Damaged {
-                    name: self.blob_name(tags, Part::Header, tag, bucket),
-                    source,
-                })?;
-                Active {
-                    set,
-                    log_pos,
-                    dirty: false,
-                    last_used: st.clock,
-                }
-            }
+        let (set, log_pos) = match self.read_set(&st.tags, tag, bucket)? {
+            Some(stored) => stored,
+            None => (
+                SketchSet::new(&self.config.sketches).map_err(StoreError::Config)?,
+                0,
+            ),
+        };
+        let active = Active {
+            set,
+            log_pos,
+            dirty: false,
+            last_used: st.clock,
         };
         st.sets.insert((tag, bucket), active);
         Ok(())
     }
 
-    /// Checks a batch without changing anything: every event must have an item and only the
-    /// configured tag fields.
+    /// Reads and checks a stored set with the log position it includes; `None` if none is
+    /// stored.
+    fn read_set(
+        &self,
+        tags: &TagDict,
+        tag: u32,
+        bucket: i64,
+    ) -> Result<Option<(SketchSet<Event>, u64)>> {
+        let Some((events, log_pos)) = self.read_header(tags, tag, bucket)? else {
+            return Ok(None);
+        };
+        let missing = |part: Part| StoreError::DamagedLog {
+            name: self.blob_name(tags, part, tag, bucket),
+            detail: "missing".into(),
+        };
+        let set = SketchSet {
+            bloom: self
+                .read_part::<BloomFilter>(tags, Part::Bloom, tag, bucket)?
+                .ok_or_else(|| missing(Part::Bloom))?,
+            hll: self
+                .read_part::<HyperLogLog>(tags, Part::Hll, tag, bucket)?
+                .ok_or_else(|| missing(Part::Hll))?,
+            theta: self
+                .read_part::<Theta>(tags, Part::Theta, tag, bucket)?
+                .ok_or_else(|| missing(Part::Theta))?,
+            cms: self
+                .read_part::<CountMin>(tags, Part::CountMin, tag, bucket)?
+                .ok_or_else(|| missing(Part::CountMin))?,
+            reservoir: self
+                .read_part::<Reservoir<Event>>(tags, Part::Reservoir, tag, bucket)?
+                .ok_or_else(|| missing(Part::Reservoir))?,
+            events,
+        };
+        set.validate().map_err(|source| StoreError::Damaged {
+            name: self.blob_name(tags, Part::Header, tag, bucket),
+            source,
+        })?;
+        Ok(Some((set, log_pos)))
+    }
+
+    /// Checks a batch without changing anything: every event must have a time in the supported
+    /// span, an item and only the configured tag fields.
     fn check_batch(&self, events: &[Event]) -> Result<()> {
         for (index, e) in events.iter().enumerate() {
             let bad = |reason: String| StoreError::BadEvent { index, reason };
+            model::check_time(e.time).map_err(bad)?;
             if e.item.is_empty() {
                 return Err(bad(format!(
                     "the item field '{}' is empty",
@@ -771,16 +845,23 @@ impl Store {
 
     /// Ingests a batch: all of it or, on any error, none of it. Durable after [`Store::flush`].
     pub fn ingest_batch(&self, events: &[Event]) -> Result<()> {
-        let mut st = self.lock();
+        let mut st = self.lock()?;
         self.ingest_locked(&mut st, events, None)
     }
 
     /// Ingests a whole input as one unit: `fill` feeds batches through the [`Import`] it is
     /// given; if it returns `Ok`, everything it fed is committed in one atomic, synced write; if
-    /// it returns an error (or a batch is rejected, or the commit fails), the store is left
-    /// exactly as it was before the call, on disk and in memory.
+    /// it returns an error or panics (or a batch is rejected, or the commit fails), the store is
+    /// left exactly as it was before the call, on disk and in memory, and a panic then goes on
+    /// to the caller.
     ///
-    /// The import holds the store for its whole duration: calls from other threads wait. Its log
+    /// Rolling back re-reads the store's state from disk. If that fails, or a failed commit
+    /// turns out to have reached the storage engine, the in-memory state cannot be trusted: the
+    /// call returns [`StoreError::MustReopen`], and so does every later call on this `Store`
+    /// (nothing more is written) until the store is opened again.
+    ///
+    /// The import holds the store for its whole duration: calls from other threads wait, and
+    /// calls on this `Store` from inside `fill` fail with [`StoreError::InsideImport`]. Its log
     /// blocks are written as they fill but stay outside the log (no `I` entry) until the commit
     /// indexes them; a rollback, or the next open after a crash, removes them. Memory holds the
     /// sketch sets it touches (the memory budget is not enforced meanwhile) and one open block.
@@ -789,38 +870,86 @@ impl Store {
         &self,
         fill: impl FnOnce(&mut Import<'_>) -> std::result::Result<T, E>,
     ) -> std::result::Result<T, E> {
-        let mut st = self.lock();
+        let mut st = self.lock()?;
         // Start from a state that is entirely on disk, so rolling back is re-reading it.
-        self.flush_locked(&mut st)?;
-        self.checkpoint_locked(&mut st)?;
-        st.importing = true;
-        let mut import = Import {
-            store: self,
-            st: &mut st,
-            events: 0,
-        };
-        let outcome = fill(&mut import);
-        let result = match outcome {
-            Ok(value) => {
-                st.importing = false;
-                self.checkpoint_locked(&mut st)
-                    .map(|()| value)
-                    .map_err(E::from)
-            }
-            Err(e) => Err(e),
-        };
-        if result.is_err() {
-            self.rollback(&mut st)?;
+        let prepared = self
+            .flush_locked(&mut st)
+            .and_then(|()| self.checkpoint_locked(&mut st));
+        if let Err(e) = prepared {
+            // Converted without the lock held: `From` is the caller's code and may panic.
+            drop(st);
+            return Err(E::from(e));
         }
-        result
+        let durable = st.next_seq;
+        st.importing = true;
+        self.importer.store(thread_token(), Ordering::Release);
+        let outcome = {
+            let mut import = Import {
+                store: self,
+                st: &mut st,
+                events: 0,
+            };
+            // Caught so that the rollback runs with the lock held and the mutex is not
+            // poisoned; the panic is resumed below, after the lock is released.
+            catch_unwind(AssertUnwindSafe(|| fill(&mut import)))
+        };
+        self.importer.store(0, Ordering::Release);
+        match outcome {
+            Ok(Ok(value)) => {
+                st.importing = false;
+                let committed = self.checkpoint_locked(&mut st);
+                let committed = match committed {
+                    Ok(()) => Ok(value),
+                    Err(e) => {
+                        let why = format!("the import's commit failed ({e})");
+                        Err(self.roll_back(&mut st, durable, &why).err().unwrap_or(e))
+                    }
+                };
+                drop(st);
+                committed.map_err(E::from)
+            }
+            Ok(Err(e)) => {
+                let rolled = self.roll_back(&mut st, durable, "the import failed");
+                drop(st);
+                match rolled {
+                    Ok(()) => Err(e),
+                    Err(broken) => Err(E::from(broken)),
+                }
+            }
+            Err(panic) => {
+                // On failure the state is marked broken, which is what the caller sees next.
+                let _ = self.roll_back(&mut st, durable, "the import panicked");
+                drop(st);
+                resume_unwind(panic)
+            }
+        }
     }
 
-    /// Forgets everything in memory that is not on disk (see [`Store::import`]).
-    fn rollback(&self, st: &mut State) -> Result<()> {
-        let (_, fresh) = Self::read_state(self.path.clone(), &self.db)?;
-        Self::remove_orphan_blocks(&self.path, &self.db, fresh.next_seq)?;
-        *st = fresh;
-        Ok(())
+    /// Forgets everything in memory that is not on disk (see [`Store::import`]): re-reads the
+    /// state as of `durable` (the log position on disk when the import began). If that fails,
+    /// or the disk holds more than that (a commit written but not confirmed), marks the state
+    /// broken and returns the [`StoreError::MustReopen`] every later call will get.
+    fn roll_back(&self, st: &mut State, durable: u64, why: &str) -> Result<()> {
+        let reread = Self::read_state(self.path.clone(), &self.db).and_then(|(_, fresh)| {
+            Self::remove_orphan_blocks(&self.path, &self.db, fresh.next_seq)?;
+            Ok(fresh)
+        });
+        let reason = match reread {
+            Ok(fresh) if fresh.next_seq == durable => {
+                *st = fresh;
+                return Ok(());
+            }
+            Ok(fresh) => format!(
+                "{why}, yet the log on disk runs to event {} instead of {durable}: the commit was written but not confirmed durable; reopen the store to see what it kept",
+                fresh.next_seq
+            ),
+            Err(e) => format!("{why}, and rolling it back failed: {e}"),
+        };
+        st.broken = Some(reason.clone());
+        Err(StoreError::MustReopen {
+            path: self.path.clone(),
+            reason,
+        })
     }
 
     /// `hashed`, when given, holds each event's item hashes computed ahead (on another thread).
@@ -967,7 +1096,7 @@ impl Store {
         }
         st.all_time_pos = st.next_seq;
         st.since_checkpoint += events.len() as u64;
-        let over_budget = self.memory_in_use(st) > self.config.memory_budget;
+        let over_budget = Self::sets_bytes(st) > self.config.memory_budget;
         if !st.importing && (st.since_checkpoint >= self.config.checkpoint_every || over_budget) {
             // The batch is applied whatever happens here; failing the call would invite a retry
             // that counts it twice. A failed checkpoint is retried, and reported, by the next
@@ -1018,8 +1147,34 @@ impl Store {
         Ok(())
     }
 
-    fn memory_in_use(&self, st: &State) -> usize {
+    fn sets_bytes(st: &State) -> usize {
         st.sets.values().map(|a| a.set.size_bytes()).sum()
+    }
+
+    /// Evicts clean sets, least recently used first, while memory is over budget: down to half
+    /// the budget, so the next batches do not checkpoint again at once. Dirty sets stay (only
+    /// a checkpoint may drop them).
+    fn evict_over_budget(&self, st: &mut State) {
+        let mut in_use = Self::sets_bytes(st);
+        if in_use <= self.config.memory_budget {
+            return;
+        }
+        let target = self.config.memory_budget / 2;
+        let mut by_age: Vec<((u32, i64), u64)> = st
+            .sets
+            .iter()
+            .filter(|(_, a)| !a.dirty)
+            .map(|(k, a)| (*k, a.last_used))
+            .collect();
+        by_age.sort_by_key(|&(_, used)| used);
+        for (key, _) in by_age {
+            if in_use <= target {
+                break;
+            }
+            if let Some(a) = st.sets.remove(&key) {
+                in_use -= a.set.size_bytes();
+            }
+        }
     }
 
     /// Adds the pending events (and new tag names) to `batch` as log blocks.
@@ -1082,7 +1237,7 @@ impl Store {
 
     /// Makes everything ingested so far durable: on return, a crash loses none of it.
     pub fn flush(&self) -> Result<()> {
-        let mut st = self.lock();
+        let mut st = self.lock()?;
         self.flush_locked(&mut st)
     }
 
@@ -1104,7 +1259,7 @@ impl Store {
     /// batch with the pending log, syncs, and evicts the least recently used sets while memory
     /// is over budget.
     pub fn checkpoint(&self) -> Result<()> {
-        let mut st = self.lock();
+        let mut st = self.lock()?;
         self.checkpoint_locked(&mut st)
     }
 
@@ -1120,6 +1275,7 @@ impl Store {
             && st.checkpoint_pos == st.next_seq
             && st.sets.values().all(|a| !a.dirty);
         if unchanged {
+            self.evict_over_budget(st);
             return Ok(());
         }
         let mut batch = sled::Batch::default();
@@ -1179,22 +1335,7 @@ impl Store {
         }
         st.checkpoint_pos = pos;
         st.since_checkpoint = 0;
-        // Evict down to half the budget so the next batches do not checkpoint again at once.
-        let target = self.config.memory_budget / 2;
-        let mut in_use = self.memory_in_use(st);
-        if in_use > self.config.memory_budget {
-            let mut by_age: Vec<((u32, i64), u64)> =
-                st.sets.iter().map(|(k, a)| (*k, a.last_used)).collect();
-            by_age.sort_by_key(|&(_, used)| used);
-            for (key, _) in by_age {
-                if in_use <= target {
-                    break;
-                }
-                if let Some(a) = st.sets.remove(&key) {
-                    in_use -= a.set.size_bytes();
-                }
-            }
-        }
+        self.evict_over_budget(st);
         Ok(())
     }
 
@@ -1210,7 +1351,8 @@ impl Store {
         let (Some(retention), Some(newest)) = (self.config.retention_ms, st.newest) else {
             return Ok(None);
         };
-        let cutoff = newest - retention;
+        // Saturating: a store created before retention was bounded may hold any value.
+        let cutoff = newest.saturating_sub(retention);
         let mut dropped_any = false;
         for entry in self.db.scan_prefix([keys::INDEX]) {
             let (k, v) = entry.map_err(engine(&self.path))?;
@@ -1347,6 +1489,186 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// Issue 11, item 8: a rollback that fails (here the store's metadata cannot be re-read)
+    /// leaves a state nobody may trust: the import and every later call report an error saying
+    /// the store must be reopened, never `Ok`, and nothing of the import reaches the disk.
+    #[test]
+    fn a_failed_rollback_makes_every_later_call_an_error() {
+        let dir = tempdir("failed-rollback");
+        let store = Store::create(&dir, config()).expect("create");
+        store.ingest_batch(&events(0, 100)).expect("ingest");
+        store.flush().expect("flush");
+        let format = store
+            .db
+            .get(keys::meta("format"))
+            .expect("get")
+            .expect("format");
+        let failed: std::result::Result<(), StoreError> = store.import(|imp| {
+            imp.ingest_batch(&events(100, 1_000))?;
+            // The fault: the metadata the rollback re-reads is unreadable.
+            imp.store
+                .db
+                .insert(keys::meta("format"), b"damaged".to_vec())
+                .expect("insert");
+            Err(StoreError::Query("a bad line".into()))
+        });
+        let err = failed.expect_err("the import fails");
+        assert!(matches!(err, StoreError::MustReopen { .. }), "{err}");
+        assert!(err.to_string().contains("reopen"), "{err}");
+        let must_reopen = |r: Result<()>, what: &str| match r {
+            Err(StoreError::MustReopen { .. }) => {}
+            other => panic!("{what}: {other:?}"),
+        };
+        must_reopen(store.flush(), "flush");
+        must_reopen(store.ingest(&events(2_000, 1)[0]), "ingest");
+        must_reopen(store.checkpoint(), "checkpoint");
+        must_reopen(
+            store.import(|imp| imp.ingest_batch(&events(3_000, 1))),
+            "import",
+        );
+        must_reopen(
+            store.count(&Slice::Whole, &TimeRange::all()).map(drop),
+            "count",
+        );
+        must_reopen(store.tags().map(drop), "tags");
+        // Repair the fault; the drop's checkpoint must still write nothing.
+        store
+            .db
+            .insert(keys::meta("format"), format.to_vec())
+            .expect("restore");
+        store.db.flush().expect("sync");
+        drop(store);
+        let store = Store::open(&dir).expect("reopen");
+        assert_eq!(logged_events(&store), 100);
+        let (count, _) = store
+            .count(&Slice::Whole, &TimeRange::all())
+            .expect("count");
+        assert_eq!(count, 100);
+        store.ingest_batch(&events(100, 10)).expect("ingest");
+        store.flush().expect("flush");
+        assert_eq!(logged_events(&store), 110);
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A panic while the state is held poisons the mutex; the state is not reused: every later
+    /// call is an error, and the drop writes nothing.
+    #[test]
+    fn a_poisoned_state_is_never_reused() {
+        let dir = tempdir("poisoned");
+        let store = Store::create(&dir, config()).expect("create");
+        store.ingest_batch(&events(0, 100)).expect("ingest");
+        store.flush().expect("flush");
+        let poisoned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut st = store.state.lock().expect("not yet poisoned");
+            // A change half made when the panic strikes.
+            st.next_seq += 5;
+            panic!("a bug while the state is held");
+        }));
+        assert!(poisoned.is_err());
+        for r in [
+            store.flush(),
+            store.ingest(&events(100, 1)[0]),
+            store.checkpoint(),
+            store.count(&Slice::Whole, &TimeRange::all()).map(drop),
+        ] {
+            assert!(matches!(r, Err(StoreError::MustReopen { .. })), "{r:?}");
+        }
+        drop(store);
+        let store = Store::open(&dir).expect("reopen");
+        assert_eq!(logged_events(&store), 100);
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A call on the store from inside its own import (same thread) would wait for itself
+    /// forever; it is refused instead, and the import goes on.
+    #[test]
+    fn a_call_from_inside_an_import_is_refused_not_deadlocked() {
+        let dir = tempdir("reentry");
+        let store = std::sync::Arc::new(Store::create(&dir, config()).expect("create"));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let s = std::sync::Arc::clone(&store);
+        std::thread::spawn(move || {
+            let outcome = s.import(|imp| {
+                imp.ingest_batch(&events(0, 10))?;
+                Ok::<_, StoreError>(s.flush().map_err(|e| e.to_string()))
+            });
+            let _ = tx.send(outcome.map_err(|e| e.to_string()));
+        });
+        let outcome = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the import ends instead of waiting for itself");
+        let inner = outcome.expect("the import commits");
+        let msg = inner.expect_err("flush from inside the import is refused");
+        assert!(msg.contains("inside an import"), "{msg}");
+        assert_eq!(logged_events(&store), 10);
+        // From other threads the store waits for the import, then works.
+        store.flush().expect("flush after the import");
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Replay after a crash loads every set the replayed events touch; it ends within the
+    /// memory budget.
+    #[test]
+    fn replay_ends_within_the_memory_budget() {
+        let dir = tempdir("replay-budget");
+        let budget = 2
+            * SketchSet::<Event>::largest_size_bytes(&config().sketches).expect("size") as usize
+            * 3;
+        let cfg = Config {
+            bucket: BucketWidth::Hour,
+            memory_budget: budget,
+            ..config()
+        };
+        let store = Store::create(&dir, cfg).expect("create");
+        // 60 hours, one batch each: ingest checkpoints and evicts as it goes.
+        for h in 0..60i64 {
+            let batch: Vec<Event> = events(h as u64 * 50, 50)
+                .into_iter()
+                .map(|e| Event {
+                    time: 1_764_547_200_000 + h * model::HOUR_MS,
+                    ..e
+                })
+                .collect();
+            store.ingest_batch(&batch).expect("ingest");
+        }
+        store.flush().expect("flush");
+        // What a crash leaves: the log flushed, the sets never checkpointed since. Rewinding
+        // the checkpoint record makes the next open replay every event.
+        store
+            .db
+            .insert(
+                keys::meta("checkpoint"),
+                Store::blob(&dir, &Checkpoint { log_pos: 0 }).expect("blob"),
+            )
+            .expect("insert");
+        store.db.remove(keys::ALL_TIME).expect("remove");
+        for key in store.db.scan_prefix([keys::SKETCH]).keys() {
+            store.db.remove(key.expect("key")).expect("remove");
+        }
+        store.db.flush().expect("sync");
+        // Keep the drop from checkpointing over what was just rewound.
+        store.lock().expect("lock").broken = Some("test: simulated crash".into());
+        drop(store);
+        let store = Store::open(&dir).expect("reopen");
+        let used = store.memory_use().expect("memory").sets;
+        assert!(
+            used <= budget,
+            "{used} bytes of sets over a budget of {budget}"
+        );
+        assert_eq!(
+            store
+                .count(&Slice::Whole, &TimeRange::all())
+                .expect("count")
+                .0,
+            3_000
+        );
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn blocks_left_by_a_crash_are_removed_on_open() {
         let dir = tempdir("orphans");
@@ -1354,7 +1676,7 @@ mod tests {
         store.ingest_batch(&events(0, 100)).expect("ingest");
         store.flush().expect("flush");
         // What a crash after early block writes, before the flush that indexes them, leaves.
-        let next = store.lock().next_seq;
+        let next = store.lock().expect("lock").next_seq;
         for first in [next, next + log::BLOCK_EVENTS as u64] {
             store
                 .db

@@ -1,12 +1,38 @@
-//! What the store holds: its configuration, events, buckets and time ranges.
+//! What the store holds: its configuration, events, buckets and time ranges, and the limits
+//! every input is checked against before the store does arithmetic on it.
 
 use super::error::{Result, StoreError};
-use crate::sketch::SketchConfig;
+use super::log::MAX_TAGS;
+use crate::sketch::{BloomFilter, CountMin, SketchConfig, SketchSet};
 use serde::{Deserialize, Serialize};
 
 /// Milliseconds in an hour and a day.
 pub const HOUR_MS: i64 = 3_600_000;
 pub const DAY_MS: i64 = 24 * HOUR_MS;
+
+/// The earliest event time a store accepts: 0000-01-01T00:00:00Z (Unix milliseconds).
+///
+/// `MIN_TIME..=MAX_TIME` is the span of RFC 3339's four-digit years, so every bucket has a
+/// `YYYY-MM-DD` label the query language can name, and inside it every sum the store forms
+/// (a bucket's end, a retention cutoff) stays far from `i64`'s ends.
+pub const MIN_TIME: i64 = -62_167_219_200_000;
+/// The latest event time a store accepts: 9999-12-31T23:59:59.999Z.
+pub const MAX_TIME: i64 = 253_402_300_799_999;
+/// How far from zero a [`TimeRange`]'s ends may lie: 2^62 ms, about 146 million years. Every
+/// event time is far inside, and rounding an end to its bucket or adding a bucket width to it
+/// cannot overflow. The ends of `i64` used as "unbounded" are refused: that is `None`.
+pub const RANGE_LIMIT: i64 = 1 << 62;
+
+/// The longest a field name may be: a name is a field's name, not data; a longer one is a
+/// mistake (a data line read as a header, say).
+pub const MAX_NAME_BYTES: usize = 128;
+
+/// The largest stored sketch the configuration may imply: below a quarter of sled's segment,
+/// the size past which sled writes a value to a file of its own that it never syncs (see
+/// [`super::SEGMENT_BYTES`]), with room left for the blob's header and the Count-Min's
+/// heavy-hitter entries. A larger sketch would survive a process crash but not a power cut,
+/// breaking `flush`'s promise.
+pub const MAX_SKETCH_BLOB: u64 = (super::SEGMENT_BYTES as u64) / 4 - (1 << 20);
 
 /// The width of a time bucket (UTC, by event time).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -23,9 +49,11 @@ impl BucketWidth {
         }
     }
 
-    /// The start of the bucket holding `time` (floor, also for times before 1970).
+    /// The start of the bucket holding `time` (floor, also for times before 1970). Exact for
+    /// every time inside [`RANGE_LIMIT`]; beyond it (where the store refuses times) it saturates
+    /// instead of overflowing.
     pub fn bucket_of(self, time: i64) -> i64 {
-        time.div_euclid(self.millis()) * self.millis()
+        time.saturating_sub(time.rem_euclid(self.millis()))
     }
 
     /// A bucket start as people write it: `YYYY-MM-DD` for days, `YYYY-MM-DDTHH` for hours.
@@ -134,21 +162,36 @@ impl Config {
         }
     }
 
+    /// Checks every field, so that a store created with this configuration never later refuses
+    /// an event, or its own sketches, for a reason the configuration already implied:
+    ///
+    /// - names: the item field and each tag field are non-empty identifiers (letters, digits,
+    ///   `_`, `-`, `.`, at most [`MAX_NAME_BYTES`]), the forms `ON <field>:<value>` can name;
+    ///   no tag field is listed twice or is also the item field;
+    /// - counts: at most [`MAX_TAGS`] tag fields, the tags one event may carry;
+    /// - sizes: each family's parameters in their own bounds ([`SketchConfig::validate`]), and
+    ///   no stored sketch larger than [`MAX_SKETCH_BLOB`];
+    /// - budgets: the memory budget holds the sets one event touches (the whole stream's and one
+    ///   per tag field) at their largest; otherwise every batch would checkpoint and evict
+    ///   everything, and the budget still would not be met;
+    /// - retention: positive and at most the supported span of event times;
+    /// - checkpoints: at least every event.
     pub fn validate(&self) -> Result<()> {
         self.sketches.validate().map_err(StoreError::Config)?;
-        if self.item_field.is_empty() {
-            return Err(StoreError::ConfigValue(
-                "the item field name is empty".into(),
-            ));
-        }
-        if let Some(t) = self
-            .tag_fields
-            .iter()
-            .find(|t| t.is_empty() || t.contains(':'))
-        {
+        check_name("item field", &self.item_field)?;
+        if self.tag_fields.len() > MAX_TAGS {
             return Err(StoreError::ConfigValue(format!(
-                "tag field '{t}' must be non-empty and contain no ':'"
+                "{} tag fields; an event carries at most {MAX_TAGS} tags, so at most {MAX_TAGS} tag fields",
+                self.tag_fields.len()
             )));
+        }
+        for (i, t) in self.tag_fields.iter().enumerate() {
+            check_name("tag field", t)?;
+            if self.tag_fields[..i].contains(t) {
+                return Err(StoreError::ConfigValue(format!(
+                    "tag field '{t}' is listed twice"
+                )));
+            }
         }
         if self.tag_fields.contains(&self.item_field) {
             return Err(StoreError::ConfigValue(format!(
@@ -156,8 +199,14 @@ impl Config {
                 self.item_field
             )));
         }
-        if matches!(self.retention_ms, Some(r) if r <= 0) {
-            return Err(StoreError::ConfigValue("retention must be positive".into()));
+        self.check_sizes()?;
+        if let Some(r) = self.retention_ms {
+            let span = MAX_TIME - MIN_TIME;
+            if r <= 0 || r > span {
+                return Err(StoreError::ConfigValue(format!(
+                    "retention of {r} ms: must be positive and at most the supported span of event times ({span} ms, years 0000 to 9999); to keep every raw event, set no retention"
+                )));
+            }
         }
         if self.checkpoint_every == 0 {
             return Err(StoreError::ConfigValue(
@@ -166,6 +215,77 @@ impl Config {
         }
         Ok(())
     }
+
+    /// The stored sketches' sizes and the memory budget (see [`Config::validate`]).
+    fn check_sizes(&self) -> Result<()> {
+        let s = &self.sketches;
+        let (m, _) =
+            BloomFilter::optimal_size(s.bloom_capacity, s.bloom_fpr).map_err(StoreError::Config)?;
+        let (w, d) =
+            CountMin::dimensions(s.cms_epsilon, s.cms_delta).map_err(StoreError::Config)?;
+        // A Theta blob stores at most the 3/4 of its 2k slots a rebuild allows, 8 bytes each.
+        let theta = u64::from(s.theta_nominal_entries) * 12;
+        let blobs = [
+            (
+                "bloom filter",
+                format!("capacity {} at rate {}", s.bloom_capacity, s.bloom_fpr),
+                m.div_ceil(8),
+            ),
+            (
+                "count-min table",
+                format!("epsilon {}, delta {}", s.cms_epsilon, s.cms_delta),
+                w * u64::from(d) * 8,
+            ),
+            (
+                "theta sketch",
+                format!("nominal entries {}", s.theta_nominal_entries),
+                theta,
+            ),
+        ];
+        for (name, params, bytes) in blobs {
+            if bytes > MAX_SKETCH_BLOB {
+                return Err(StoreError::ConfigValue(format!(
+                    "a {name} of {params} takes {bytes} bytes, over the {MAX_SKETCH_BLOB} a stored sketch may take (larger values are not synced by the storage engine)"
+                )));
+            }
+        }
+        let per_set = SketchSet::<Event>::largest_size_bytes(s).map_err(StoreError::Config)?;
+        let sets = 1 + self.tag_fields.len() as u64;
+        let needed = per_set.saturating_mul(sets);
+        if (self.memory_budget as u64) < needed {
+            return Err(StoreError::ConfigValue(format!(
+                "memory budget of {} bytes: one event touches {sets} sketch sets of up to {per_set} bytes each, so the budget must be at least {needed} bytes",
+                self.memory_budget
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A field name the query language can name: see [`Config::validate`].
+fn check_name(what: &str, name: &str) -> Result<()> {
+    let ok_char = |c: char| c.is_alphanumeric() || c == '_' || c == '-' || c == '.';
+    let reason = if name.is_empty() {
+        "is empty".to_string()
+    } else if name.len() > MAX_NAME_BYTES {
+        format!("is longer than {MAX_NAME_BYTES} bytes")
+    } else if !name.chars().all(ok_char) {
+        "may hold only letters, digits, '_', '-' and '.', the words queries can name a field by"
+            .to_string()
+    } else {
+        return Ok(());
+    };
+    Err(StoreError::ConfigValue(format!("{what} '{name}' {reason}")))
+}
+
+/// Checks an event time against the supported span.
+pub(crate) fn check_time(time: i64) -> std::result::Result<(), String> {
+    if (MIN_TIME..=MAX_TIME).contains(&time) {
+        return Ok(());
+    }
+    Err(format!(
+        "time {time} ms is outside the supported span {MIN_TIME}..={MAX_TIME} ms (years 0000 to 9999)"
+    ))
 }
 
 /// One record of the stream.
@@ -228,6 +348,33 @@ impl TimeRange {
     pub fn is_all(&self) -> bool {
         self.start.is_none() && self.end.is_none()
     }
+
+    /// Refuses ends beyond [`RANGE_LIMIT`] and a start after the end, naming the value.
+    pub fn check(&self) -> Result<()> {
+        for (what, end) in [("range start", self.start), ("range end", self.end)] {
+            if let Some(t) = end {
+                if !(-RANGE_LIMIT..=RANGE_LIMIT).contains(&t) {
+                    return Err(StoreError::InvalidArgument {
+                        what,
+                        value: format!("{t} ms"),
+                        reason: format!(
+                            "range ends must lie within ±{RANGE_LIMIT} ms; for an unbounded side use None"
+                        ),
+                    });
+                }
+            }
+        }
+        if let (Some(s), Some(e)) = (self.start, self.end) {
+            if s > e {
+                return Err(StoreError::InvalidArgument {
+                    what: "range",
+                    value: format!("{s}..{e} ms"),
+                    reason: "the start is after the end".into(),
+                });
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Which slice of the stream: everything, or one tag value.
@@ -267,6 +414,78 @@ mod tests {
         assert_eq!(w.label(t), "2025-12-02");
         assert_eq!(BucketWidth::Hour.label(t + 3 * HOUR_MS), "2025-12-02T03");
         assert_eq!(w.bucket_of(-1), -DAY_MS);
+    }
+
+    /// Whatever the values, validation answers (never panics), and a configuration it accepts
+    /// builds its sets, whose sets for one event fit the memory budget at their largest.
+    #[test]
+    fn validation_never_panics_and_what_it_accepts_works() {
+        use crate::sketch::Sketch;
+        use proptest::prelude::*;
+        // Each value from its valid range nine times in ten (so that a good share of the
+        // configurations are valid throughout and the second half of the check runs), from
+        // anywhere otherwise.
+        let cap = prop_oneof![9 => 1u64..3_000_000, 1 => any::<u64>()];
+        let fpr = prop_oneof![9 => 1e-9f64..0.5, 1 => prop::num::f64::ANY];
+        let p = prop_oneof![9 => 4u8..=18, 1 => any::<u8>()];
+        let k = prop_oneof![9 => (4u32..=18).prop_map(|lg| 1u32 << lg), 1 => any::<u32>()];
+        let eps = prop_oneof![9 => 1e-4f64..0.5, 1 => prop::num::f64::ANY];
+        let delta = prop_oneof![9 => 1e-9f64..0.9, 1 => prop::num::f64::ANY];
+        let top = prop_oneof![9 => 0usize..=10_000, 1 => any::<usize>()];
+        let res = prop_oneof![9 => 0usize..=10_000, 1 => any::<usize>()];
+        let tags = prop_oneof![9 => 0usize..=16, 1 => 17usize..40];
+        let budget = prop_oneof![9 => 0usize..(1 << 30), 1 => any::<usize>()];
+        let retention = prop::option::of(prop_oneof![9 => 1i64..(1 << 50), 1 => any::<i64>()]);
+        let config = (
+            (cap, fpr, p, k),
+            (eps, delta, top, res),
+            (tags, budget, retention),
+        )
+            .prop_map(
+                |((cap, fpr, p, k), (eps, delta, top, res), (tags, budget, retention))| Config {
+                    tag_fields: (0..tags).map(|i| format!("t{i}")).collect(),
+                    sketches: SketchConfig {
+                        bloom_capacity: cap,
+                        bloom_fpr: fpr,
+                        hll_precision: p,
+                        theta_nominal_entries: k,
+                        cms_epsilon: eps,
+                        cms_delta: delta,
+                        top_k: top,
+                        reservoir_size: res,
+                        ..SketchConfig::default()
+                    },
+                    memory_budget: budget,
+                    retention_ms: retention,
+                    ..Config::default()
+                },
+            );
+        let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+            cases: 2_000,
+            ..ProptestConfig::default()
+        });
+        let accepted = std::sync::atomic::AtomicUsize::new(0);
+        runner
+            .run(&config, |c| {
+                if c.validate().is_ok() {
+                    accepted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let set = SketchSet::<Event>::new(&c.sketches).expect("builds");
+                    let largest =
+                        SketchSet::<Event>::largest_size_bytes(&c.sketches).expect("size");
+                    prop_assert!(set.size_bytes() as u64 <= largest);
+                    prop_assert!(
+                        (c.tag_fields.len() as u64 + 1) * largest <= c.memory_budget as u64
+                    );
+                    prop_assert!(c.tag_fields.len() <= MAX_TAGS);
+                }
+                Ok(())
+            })
+            .expect("validation holds");
+        let accepted = accepted.into_inner();
+        assert!(
+            accepted >= 200,
+            "only {accepted} of 2,000 configurations were valid"
+        );
     }
 
     #[test]

@@ -161,6 +161,11 @@ impl Cache {
         }
     }
 
+    /// Bytes of merged sketches held.
+    pub(crate) fn used(&self) -> usize {
+        self.used
+    }
+
     fn insert(&mut self, key: (CacheKind, u32, Option<i64>, Option<i64>), entry: CacheEntry) {
         let size = entry.value.size();
         if size > self.budget {
@@ -262,13 +267,13 @@ impl Store {
     /// The dictionary id of a slice's tag (0 for the whole stream), as carried by
     /// [`LogEvent::tag_ids`]; an unknown tag is an error naming the known values.
     pub fn tag_id_of(&self, slice: &Slice) -> Result<u32> {
-        let st = self.lock();
+        let st = self.lock()?;
         self.tag_id(&st, slice)
     }
 
     /// All buckets of the whole stream, with their exact event counts.
     pub fn buckets(&self) -> Result<Vec<(i64, u64)>> {
-        let st = self.lock();
+        let st = self.lock()?;
         let list = self.buckets_of(&st, keys::WHOLE, &TimeRange::all())?;
         list.into_iter()
             .map(|b| Ok((b, self.events_in(&st, keys::WHOLE, b)?)))
@@ -276,8 +281,13 @@ impl Store {
     }
 
     /// Every tag value seen, as `field:value`.
-    pub fn tags(&self) -> Vec<String> {
-        self.lock().tags.all().map(|(_, n)| n.to_string()).collect()
+    pub fn tags(&self) -> Result<Vec<String>> {
+        Ok(self
+            .lock()?
+            .tags
+            .all()
+            .map(|(_, n)| n.to_string())
+            .collect())
     }
 
     fn events_in(&self, st: &State, tag: u32, bucket: i64) -> Result<u64> {
@@ -305,7 +315,8 @@ impl Store {
     }
 
     fn merged<S: Mergeable>(&self, slice: &Slice, range: &TimeRange) -> Result<Merged<S>> {
-        let mut guard = self.lock();
+        range.check()?;
+        let mut guard = self.lock()?;
         let st = &mut *guard;
         let tag = self.tag_id(st, slice)?;
         let buckets = self.buckets_of(st, tag, range)?;
@@ -382,8 +393,9 @@ impl Store {
     /// "Have we seen `item`?" With no range over the whole stream, the all-time scalable filter
     /// answers; otherwise each bucket's filter, with the compounded false-positive rate.
     pub fn membership(&self, slice: &Slice, range: &TimeRange, item: &str) -> Result<Membership> {
+        range.check()?;
         let sha = ShaWords::of(item.as_bytes());
-        let st = self.lock();
+        let st = self.lock()?;
         if range.is_all() && *slice == Slice::Whole {
             let f = &st.all_time;
             return Ok(Membership {
@@ -480,7 +492,8 @@ impl Store {
     /// Exact number of events of a slice in the buckets that overlap the range (whole buckets:
     /// for a range that is not bucket-aligned, scan the log instead).
     pub fn count(&self, slice: &Slice, range: &TimeRange) -> Result<(u64, usize)> {
-        let st = self.lock();
+        range.check()?;
+        let st = self.lock()?;
         let tag = self.tag_id(&st, slice)?;
         let buckets = self.buckets_of(&st, tag, range)?;
         let mut total = 0;
@@ -501,28 +514,40 @@ impl Store {
         n: usize,
         rng: &mut R,
     ) -> Result<(Vec<Event>, usize)> {
+        range.check()?;
         let k = self.config.sketches.reservoir_size;
         if n > k {
-            return Err(StoreError::Query(format!(
-                "a sample of {n} exceeds the reservoir size {k} of this store; ask for at most {k}"
-            )));
+            return Err(StoreError::InvalidArgument {
+                what: "sample size",
+                value: n.to_string(),
+                reason: format!(
+                    "exceeds the reservoir size {k} of this store; ask for at most {k}"
+                ),
+            });
         }
-        let st = self.lock();
-        let tag = self.tag_id(&st, slice)?;
-        let buckets = self.buckets_of(&st, tag, range)?;
-        let mut reservoirs = Vec::new();
-        for &b in &buckets {
-            let r = match st.sets.get(&(tag, b)) {
-                Some(a) => a.set.reservoir.clone(),
-                None => {
-                    match self.read_part::<Reservoir<Event>>(&st.tags, Part::Reservoir, tag, b)? {
+        let (reservoirs, read) = {
+            let st = self.lock()?;
+            let tag = self.tag_id(&st, slice)?;
+            let buckets = self.buckets_of(&st, tag, range)?;
+            let mut reservoirs = Vec::new();
+            for &b in &buckets {
+                let r = match st.sets.get(&(tag, b)) {
+                    Some(a) => a.set.reservoir.clone(),
+                    None => match self.read_part::<Reservoir<Event>>(
+                        &st.tags,
+                        Part::Reservoir,
+                        tag,
+                        b,
+                    )? {
                         Some(r) => r,
                         None => continue,
-                    }
-                }
-            };
-            reservoirs.push(r);
-        }
+                    },
+                };
+                reservoirs.push(r);
+            }
+            (reservoirs, buckets.len())
+        };
+        // Drawn without the lock: `rng` is the caller's code.
         let mut left: Vec<u64> = reservoirs.iter().map(|r| r.seen()).collect();
         let total: u64 = left.iter().sum();
         let draws = (n as u64).min(total) as usize;
@@ -544,30 +569,46 @@ impl Store {
         for (r, &c) in reservoirs.iter().zip(&per_bucket) {
             out.extend(r.pick(c, rng).into_iter().cloned());
         }
-        Ok((out, buckets.len()))
+        Ok((out, read))
     }
 
     /// Whether every raw event of the range is still in the log (retention may have dropped the
     /// oldest).
-    pub fn raw_events_retained(&self, range: &TimeRange) -> bool {
-        let st = self.lock();
-        match st.log_retained_from {
+    pub fn raw_events_retained(&self, range: &TimeRange) -> Result<bool> {
+        range.check()?;
+        let st = self.lock()?;
+        Ok(match st.log_retained_from {
             None => true,
             Some(from) => range.start.is_some_and(|s| s >= from),
-        }
+        })
     }
 
     /// Scans the raw events of the range in log order, calling `each` for the ones of `slice`.
     /// Returns the number of events decoded. Pending (unflushed) events are written to the log
-    /// first, so the scan sees everything ingested.
+    /// first, so the scan sees everything ingested. If `each` panics, no further event is
+    /// passed to it and the panic goes on to the caller, leaving the store usable.
     pub fn scan(
         &self,
         slice: &Slice,
         range: &TimeRange,
         mut each: impl FnMut(&LogEvent<'_>),
     ) -> Result<u64> {
-        let mut st = self.lock();
-        self.scan_locked(&mut st, slice, range, |ev, _| each(ev))
+        range.check()?;
+        let mut st = self.lock()?;
+        let mut panicked = None;
+        let scanned = self.scan_locked(&mut st, slice, range, |ev, _| {
+            if panicked.is_none() {
+                // `each` is the caller's code: a panic in it must not poison the store's lock
+                // (nothing of the state is being changed while it runs).
+                let call = std::panic::AssertUnwindSafe(|| each(ev));
+                panicked = std::panic::catch_unwind(call).err();
+            }
+        });
+        drop(st);
+        if let Some(panic) = panicked {
+            std::panic::resume_unwind(panic);
+        }
+        scanned
     }
 
     fn scan_locked(
@@ -624,7 +665,8 @@ impl Store {
     /// Scans and decodes events into owned [`Event`]s (tags resolved through the dictionary,
     /// under the same lock as the scan).
     pub fn events(&self, slice: &Slice, range: &TimeRange) -> Result<Vec<Event>> {
-        let mut st = self.lock();
+        range.check()?;
+        let mut st = self.lock()?;
         let mut out = Vec::new();
         self.scan_locked(&mut st, slice, range, |ev, tags| {
             out.push(Store::to_event(ev, tags))
