@@ -85,7 +85,7 @@ fn days() -> Vec<Event> {
             let i = day as u64 * 20_000 + j;
             let t = D28 + day * DAY + (splitmix64(i.wrapping_mul(7) + 1) % DAY as u64) as i64;
             let w = wallet_address(11, splitmix64(i) % 6_000);
-            let chain = if i % 3 == 0 { "b" } else { "a" };
+            let chain = if i.is_multiple_of(3) { "b" } else { "a" };
             out.push(Event::new(t, w, &[("chain", chain)]));
         }
     }
@@ -542,8 +542,8 @@ fn count_of_a_value_over_tags_of_two_fields_counts_each_event_once() {
         events.push(Event::new(D30 + j * 50_000, w.clone(), &[("token", "u")]));
     }
     for j in 0..20_000u64 {
-        let chain = if j % 2 == 0 { "a" } else { "b" };
-        let token = if j % 3 == 0 { "t" } else { "u" };
+        let chain = if j.is_multiple_of(2) { "a" } else { "b" };
+        let token = if j.is_multiple_of(3) { "t" } else { "u" };
         events.push(Event::new(
             D30 + (splitmix64(j) % DAY as u64) as i64,
             wallet_address(32, j % 5_000),

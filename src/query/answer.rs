@@ -68,7 +68,7 @@ pub(crate) fn integral(v: &serde_json::Value) -> serde_json::Value {
         J::Number(n) if n.is_f64() => n
             .as_f64()
             .and_then(as_integer)
-            .map_or_else(|| v.clone(), |i| J::from(i)),
+            .map_or_else(|| v.clone(), J::from),
         J::Array(a) => J::Array(a.iter().map(integral).collect()),
         J::Object(o) => J::Object(o.iter().map(|(k, v)| (k.clone(), integral(v))).collect()),
         other => other.clone(),
