@@ -115,6 +115,13 @@ fn store_with(name: &str, config: Config, events: &[Event]) -> Store {
     store
 }
 
+/// Closes a store and removes its directory (sled's final flush needs the files until then).
+fn finish(store: Store) {
+    let dir = store.path().to_path_buf();
+    drop(store);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 fn session(store: &Store) -> Session<'_> {
     let mut s = Session::with_seed(store, 11);
     s.now = Some(NOW);
@@ -178,7 +185,7 @@ fn a_range_that_cuts_day_buckets_is_answered_exactly_from_the_raw_events() {
         t.contains("cuts") && t.contains("raw events") && t.contains("2026-10-30"),
         "{t}"
     );
-    drop(store);
+    finish(store);
 }
 
 /// The first millisecond of a range is in it, its end is out: on a day store (where the range
@@ -214,7 +221,7 @@ fn range_edges_first_millisecond_in_end_out_on_day_and_hour_stores() {
                 .expect("exact");
             assert_eq!(number(&exact), f64::from(u8::from(inside)), "{name}");
         }
-        drop(store);
+        finish(store);
     }
 }
 
@@ -288,7 +295,7 @@ fn a_sample_of_a_cut_range_is_uniform_over_its_raw_events() {
             Some(format!("chain:{}", row["chain"].as_str().expect("chain")).as_str())
         );
     }
-    drop(store);
+    finish(store);
 }
 
 /// Retention keeps one day of raw events: the log loses 10-28 and 10-29, the sketches stay.
@@ -396,7 +403,7 @@ fn without_raw_events_a_cut_range_is_answered_for_the_covering_buckets_and_says_
         "{:?}",
         a.notes
     );
-    drop(store);
+    finish(store);
 }
 
 /// The retention advice names queries that work: each suggestion runs.
@@ -422,7 +429,7 @@ fn after_retention_the_advice_names_queries_that_work() {
                 .unwrap_or_else(|e| panic!("{q} suggested {suggestion}, which fails: {e}"));
         }
     }
-    drop(store);
+    finish(store);
 }
 
 /// 177k-wallet scenario in small: a coarse Count-Min (ε = 0.05: 59 columns) overestimates
@@ -522,7 +529,7 @@ fn top_recounts_its_candidates_exactly_even_when_count_min_overestimates() {
         "{:?}",
         a.notes
     );
-    drop(store);
+    finish(store);
 }
 
 /// Two tag fields: 1,000 events carry both chain:a and token:t. `COUNT w ON chain:a OR
@@ -578,7 +585,7 @@ fn count_of_a_value_over_tags_of_two_fields_counts_each_event_once() {
         s.query(suggestion)
             .unwrap_or_else(|e| panic!("suggested {suggestion}, which fails: {e}"));
     }
-    drop(store);
+    finish(store);
 }
 
 /// jq users compare numbers: every integral number in an answer's JSON is an integer.
@@ -611,7 +618,7 @@ fn integral_numbers_in_json_are_integers() {
         }
     }
     assert!(!a.to_string().contains(".0"), "{a}");
-    drop(store);
+    finish(store);
 
     // The same through the CLI, as jq users see it.
     let dir = tempdir("json-cli");
@@ -674,7 +681,7 @@ fn from_a_date_alone_reads_since_that_date() {
         "{}",
         text(&help)
     );
-    drop(store);
+    finish(store);
 }
 
 /// "no buckets in …" only when nothing at all was ingested there; a tag with no events there,
@@ -726,7 +733,7 @@ fn no_buckets_is_said_only_when_there_are_none() {
         "{:?}",
         a.notes
     );
-    drop(store);
+    finish(store);
 }
 
 #[test]
@@ -740,5 +747,5 @@ fn show_tags_is_sorted() {
     let a = store.query("SHOW TAGS").expect("tags");
     let got: Vec<&str> = rows(&a).iter().filter_map(|v| v.as_str()).collect();
     assert_eq!(got, ["chain:a", "chain:b", "chain:m", "chain:z"]);
-    drop(store);
+    finish(store);
 }
