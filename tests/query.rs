@@ -212,12 +212,26 @@ fn every_form_answers_with_the_right_structure_and_honest_bounds() {
         yesterday as f64
     );
 
-    // TOP: the bot first; EXACT TOP agrees.
+    // Over tags joined by OR, each of the value's events counts once.
+    let a = s
+        .query(&format!(
+            "COUNT {} ON chain:a OR chain:b",
+            wallet_address(1, 0)
+        ))
+        .expect("count over an OR");
+    assert_eq!((number(&a), a.exact), (5_001.0, true), "{a}");
+
+    // TOP: the bot first, its count re-counted from the raw events; EXACT TOP agrees.
     let a = s.query("TOP 3 wallets ON chain:a").expect("top");
     let Value::List(rows) = &a.value else {
         panic!()
     };
     assert_eq!(rows[0]["item"], wallet_address(1, 0));
+    assert_eq!(
+        (rows[0]["count"].as_u64(), &rows[0]["exact"], a.exact),
+        (Some(5_001), &serde_json::json!(true), false),
+        "{a}"
+    );
     let e = s.query("EXACT TOP 1 wallets").expect("top");
     let Value::List(rows) = &e.value else {
         panic!()

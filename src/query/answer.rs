@@ -1,7 +1,10 @@
 //! Answers: what a query returns, rendered for people (REPL, CLI) and as JSON (`--json`, the
 //! library's serialized form), with the fields SPEC.md lists.
+//!
+//! Numbers are held as `f64` (estimates have fractions), but every integral number is written
+//! to JSON as an integer: `1000`, not `1000.0`, so that tools comparing them (jq) see counts.
 
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 use std::fmt;
 
 /// What kind of question an answer answers.
@@ -19,12 +22,57 @@ pub enum Kind {
 }
 
 /// An answer's value.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(untagged)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Value {
     Number(f64),
     Text(String),
     List(Vec<serde_json::Value>),
+}
+
+impl Serialize for Value {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Value::Number(x) => number(x, s),
+            Value::Text(t) => s.serialize_str(t),
+            Value::List(items) => s.collect_seq(items.iter().map(integral)),
+        }
+    }
+}
+
+/// The largest magnitude written as an integer: beyond 2^63 an `i64` cannot hold it.
+const INTEGER_LIMIT: f64 = 9.223_372_036_854_775e18;
+
+/// `x` as an `i64` when it is a whole number an `i64` holds.
+fn as_integer(x: f64) -> Option<i64> {
+    (x.is_finite() && x.fract() == 0.0 && x.abs() < INTEGER_LIMIT).then_some(x as i64)
+}
+
+fn number<S: Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
+    match as_integer(*x) {
+        Some(i) => s.serialize_i64(i),
+        None => s.serialize_f64(*x),
+    }
+}
+
+fn optional_number<S: Serializer>(x: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
+    match x {
+        Some(x) => number(x, s),
+        None => s.serialize_none(),
+    }
+}
+
+/// A JSON value with every integral float (`4984.0`) turned into an integer, at any depth.
+pub(crate) fn integral(v: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value as J;
+    match v {
+        J::Number(n) if n.is_f64() => n
+            .as_f64()
+            .and_then(as_integer)
+            .map_or_else(|| v.clone(), J::from),
+        J::Array(a) => J::Array(a.iter().map(integral).collect()),
+        J::Object(o) => J::Object(o.iter().map(|(k, v)| (k.clone(), integral(v))).collect()),
+        other => other.clone(),
+    }
 }
 
 /// One statement's answer.
@@ -35,7 +83,9 @@ pub struct Answer {
     /// 95% bounds where the method is approximate (Count-Min: at 1 - delta); equal to the value
     /// when exact; absent for answers that are not numbers (SEEN reports its false-positive
     /// rate in `notes` instead).
+    #[serde(serialize_with = "optional_number")]
     pub lower: Option<f64>,
+    #[serde(serialize_with = "optional_number")]
     pub upper: Option<f64>,
     /// On a `SEEN` "maybe" from a Bloom filter: the probability that a never-seen item would
     /// also be answered "maybe" (compounded over the buckets read). Serialized as `fpr`.
@@ -46,6 +96,11 @@ pub struct Answer {
     pub exact: bool,
     /// Buckets read.
     pub buckets: usize,
+    /// The time range the answer is for, in words (`since 2026-10-01`, `last 24 hours, …`);
+    /// when a range had to be widened to whole buckets, the wider one. Absent for statements
+    /// about the store rather than the stream.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub range: Option<String>,
     /// Fallbacks taken, refusals explained, saturation warnings.
     pub notes: Vec<String>,
     /// For people: the method's parameters, e.g. `hll p=14`.
@@ -71,6 +126,7 @@ impl Answer {
             method: method.into(),
             exact,
             buckets,
+            range: None,
             notes: Vec::new(),
             detail: method.into(),
             bytes_read: 0,
@@ -116,6 +172,8 @@ impl Answer {
         exact: bool,
         buckets: usize,
     ) -> Self {
+        // Rows are built with `json!`, where a bound computed in f64 would print as `4984.0`.
+        let items = items.iter().map(integral).collect();
         Answer::new(kind, Value::List(items), method, exact, buckets)
     }
 
@@ -129,11 +187,26 @@ impl Answer {
         self
     }
 
+    /// How sure `lower`..`upper` is, in words: `95% CI`, `99%` (Count-Min), or `bounds` when
+    /// they are certain.
+    pub(crate) fn level(&self) -> &'static str {
+        if self.confidence >= 1.0 {
+            "bounds"
+        } else if self.method == "countmin" {
+            "99%"
+        } else {
+            "95% CI"
+        }
+    }
+
     /// The machine form: one JSON object.
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
     }
 }
+
+/// The range label of an answer over all time (left out of the human form).
+pub const ALL_TIME: &str = "all time";
 
 /// `1234567.0` → `1,234,567`; non-integers keep one decimal.
 pub fn thousands(x: f64) -> String {
@@ -159,22 +232,22 @@ pub fn thousands(x: f64) -> String {
 
 impl fmt::Display for Answer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let buckets = match self.buckets {
+        let mut buckets = match self.buckets {
             0 => String::new(),
             1 => ", 1 bucket".into(),
             n => format!(", {n} buckets"),
         };
+        if let Some(r) = self.range.as_deref().filter(|r| *r != ALL_TIME) {
+            buckets.push_str("; ");
+            buckets.push_str(r);
+        }
         match &self.value {
             Value::Number(v) => {
                 if self.exact {
                     write!(f, "{}  (exact, {}{buckets})", thousands(*v), self.detail)?;
                 } else {
                     let (lo, hi) = (self.lower.unwrap_or(*v), self.upper.unwrap_or(*v));
-                    let level = if self.method == "countmin" {
-                        "99%"
-                    } else {
-                        "95% CI"
-                    };
+                    let level = self.level();
                     write!(
                         f,
                         "≈ {}  ({level} {} – {}, {}{buckets})",
@@ -244,5 +317,29 @@ mod tests {
         let json: serde_json::Value = serde_json::from_str(&seen.to_json()).expect("json");
         assert_eq!(json["value"], "maybe");
         assert_eq!(json["notes"][0], "compounded false-positive rate 2.9%");
+    }
+
+    #[test]
+    fn integral_numbers_are_written_as_integers() {
+        let a = Answer::exact(Kind::Count, 1_000.0, 2);
+        assert_eq!(
+            a.to_json(),
+            r#"{"kind":"count","value":1000,"lower":1000,"upper":1000,"method":"exact","exact":true,"buckets":2,"notes":[]}"#
+        );
+        let a = Answer::number(Kind::Distinct, 10.5, -3.0, 1e300, "hll", false, 1);
+        let json = a.to_json();
+        assert!(
+            json.contains(r#""value":10.5,"lower":-3,"upper":1e+300"#),
+            "{json}"
+        );
+        let rows = vec![serde_json::json!({"count": 7, "lower": 4984.0, "nested": [2.0, 2.5]})];
+        let a = Answer::list(Kind::Top, rows, "countmin", false, 1);
+        assert!(
+            a.to_json()
+                .contains(r#"[{"count":7,"lower":4984,"nested":[2,2.5]}]"#),
+            "{}",
+            a.to_json()
+        );
+        assert!(a.to_string().contains(r#""lower":4984,"#), "{a}");
     }
 }

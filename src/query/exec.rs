@@ -5,12 +5,12 @@
 use super::answer::{thousands, Answer, Kind};
 use super::ast::{SetExpr, Statement};
 use super::parser::{parse, SyntaxError};
-use super::plan::{plan, resolve_range, Method, Plan, Refusal, Shape};
+use super::plan::{plan_with, Context, Method, Plan, RangeFit, RawLog, Refusal, Shape};
 use crate::sketch::{HyperLogLog, Sketch, Theta};
 use crate::store::log::{ItemRef, LogEvent};
-use crate::store::{Slice, Store, StoreError, TimeRange};
+use crate::store::{Event, Slice, Store, StoreError, TimeRange};
 use rand::rngs::StdRng;
-use rand::SeedableRng;
+use rand::{Rng, SeedableRng};
 use rustc_hash::FxHashMap;
 use std::collections::HashMap;
 
@@ -44,6 +44,29 @@ impl Default for Options {
             scan_budget: 50_000_000,
             exact_fallback: true,
         }
+    }
+}
+
+/// The store's raw event log as the planner sees it: what retention has kept is read once,
+/// before planning, so the planner itself never meets a store error.
+struct StoreLog<'s> {
+    store: &'s Store,
+    from: Option<i64>,
+}
+
+impl RawLog for StoreLog<'_> {
+    fn retained(&self, range: &TimeRange) -> bool {
+        self.from
+            .is_none_or(|from| range.start.is_some_and(|s| s >= from))
+    }
+    fn retained_from(&self) -> Option<i64> {
+        self.from
+    }
+    fn scan_size(&self, range: &TimeRange) -> Result<u64, String> {
+        self.store
+            .count(&Slice::Whole, range)
+            .map(|(n, _)| n)
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -82,20 +105,37 @@ impl<'s> Session<'s> {
     /// Parses and plans a statement, to run it later (possibly many times) with [`Session::run`].
     pub fn prepare(&self, text: &str) -> Result<Plan, QueryError> {
         let mut st = parse(text)?;
-        let config = self.store.config();
         // A store that lowercases its items is asked about them lowercased too.
         let mut inner = &mut st;
         loop {
             match inner {
                 Statement::Exact(s) | Statement::Explain(s) => inner = &mut **s,
                 Statement::Seen { value, .. } | Statement::CountValue { value, .. } => {
-                    *value = config.normalise_item(value).into_owned();
+                    *value = self.store.config().normalise_item(value).into_owned();
                     break;
                 }
                 _ => break,
             }
         }
-        Ok(plan(&st, self.now(), config.bucket, &config.item_field)?)
+        self.plan(&st)
+    }
+
+    /// Plans a statement at the session's clock against what the raw event log holds now.
+    fn plan(&self, st: &Statement) -> Result<Plan, QueryError> {
+        let config = self.store.config();
+        let raw = StoreLog {
+            store: self.store,
+            from: self.store.raw_events_retained_from()?,
+        };
+        let ctx = Context {
+            now: self.now(),
+            width: config.bucket,
+            item_field: &config.item_field,
+            raw: &raw,
+            scan_budget: self.options.scan_budget,
+            exact_figures: self.options.exact_fallback,
+        };
+        Ok(plan_with(st, &ctx)?)
     }
 
     /// Parses, plans and runs one statement.
@@ -104,19 +144,15 @@ impl<'s> Session<'s> {
         self.run(&plan)
     }
 
-    /// Runs a prepared plan.
+    /// Runs a prepared plan. It is planned again first: a relative range (`FROM today`) is
+    /// resolved against the current clock, and what the raw log holds may have changed.
     pub fn run(&mut self, plan: &Plan) -> Result<Answer, QueryError> {
-        // Relative ranges were resolved when the plan was made; re-resolve against the current
-        // clock so a prepared `FROM today` keeps meaning today.
-        let mut plan = plan.clone();
-        if let Some(range) = range_of(&plan.statement) {
-            let (r, label) = resolve_range(range, self.now(), self.store.config().bucket);
-            plan.range = r;
-            plan.range_label = label;
-        }
-        if plan.method == Method::Scan && !self.store.raw_events_retained(&plan.range)? {
+        let plan = self.plan(&plan.source())?;
+        let scans = matches!(plan.method, Method::Scan | Method::ScanSample);
+        if scans && !self.store.raw_events_retained(&plan.range)? {
+            // Retention ran between planning and now.
             return Err(StoreError::Query(format!(
-                "raw events for part of {} have expired, so an exact answer is not possible; ask without EXACT",
+                "raw events of {} expired while the query was planned; ask again",
                 plan.range_label
             ))
             .into());
@@ -143,19 +179,90 @@ impl<'s> Session<'s> {
             }
             other => super::meta::answer(self.store, other)?,
         };
-        let width = self.store.config().bucket.millis();
-        let aligned = |t: Option<i64>| t.is_none_or(|t| t.rem_euclid(width) == 0);
-        let whole_buckets = aligned(plan.range.start) && aligned(plan.range.end);
-        let answer = if !answer.exact && !whole_buckets {
-            answer.note("the range does not fall on bucket boundaries: sketches of every overlapping bucket were read whole")
-        } else {
-            answer
-        };
+        let mut answer = answer;
+        if plan.method != Method::Meta && answer.range.is_none() {
+            answer.range = Some(plan.range_label.clone());
+        }
+        if let RangeFit::Widened { .. } = plan.fit {
+            answer = self.widened(&plan, answer)?;
+        }
         Ok(if plan.explain {
             explain(&plan, &answer)
         } else {
             answer
         })
+    }
+
+    /// Why a sketch found nothing: "no buckets" only when nothing at all was ingested in the
+    /// range; otherwise the events of the slices read were not there.
+    fn nothing_in(&self, plan: &Plan) -> Result<String, QueryError> {
+        let label = &plan.range_label;
+        if self.store.count(&Slice::Whole, &plan.range)?.1 == 0 {
+            return Ok(format!("no buckets in {label}: nothing was ingested there"));
+        }
+        let what = match &plan.shape {
+            Shape::Whole => "events".to_string(),
+            Shape::Union(v) => {
+                let names: Vec<String> = v.iter().map(Slice::name).collect();
+                format!("{} events", names.join(" or "))
+            }
+            Shape::Expr(e) => format!("events of {e}"),
+        };
+        Ok(format!("no {what} in {label}"))
+    }
+
+    /// An answer for the covering buckets of a range that cuts them (the planner could not have
+    /// the raw events answer): never exact; a note says which buckets answered and why, and a
+    /// number's bounds hold for the range as asked (the lower one from the buckets wholly inside
+    /// it for COUNT, else 0).
+    fn widened(&self, plan: &Plan, mut a: Answer) -> Result<Answer, QueryError> {
+        let RangeFit::Widened {
+            asked_label,
+            inner,
+            why,
+            ..
+        } = &plan.fit
+        else {
+            return Ok(a);
+        };
+        if matches!(plan.statement, Statement::Sample { .. }) {
+            // sample() kept only the rows inside the asked range and said so.
+            return Ok(a);
+        }
+        a.exact = false;
+        if plan.method == Method::EventCounts {
+            a.method = "bucket-counts".into();
+            a.detail = "event counts of whole buckets".into();
+            // Both bounds below are counts, not estimates.
+            a.confidence = 1.0;
+        }
+        let head = format!(
+            "{asked_label} cuts buckets the sketches only know whole, and {why}: this answers for the covering buckets, {}",
+            plan.range_label
+        );
+        let note = match a.value {
+            super::answer::Value::Number(v) => {
+                let lower = match (&plan.statement, inner) {
+                    (Statement::Count { .. }, Some(r)) => {
+                        self.store.count(&one_slice(&plan.shape), r)?.0 as f64
+                    }
+                    _ => 0.0,
+                };
+                let upper = a.upper.unwrap_or(v).max(v);
+                a.lower = Some(lower);
+                a.upper = Some(upper);
+                format!(
+                    "{head}; for {asked_label} the value lies between {} and {}",
+                    thousands(lower),
+                    thousands(upper)
+                )
+            }
+            super::answer::Value::Text(ref t) if t == "no" => {
+                format!("{head}; 'no' holds for {asked_label} too")
+            }
+            _ => head,
+        };
+        Ok(a.note(note))
     }
 
     fn events_in(&self, range: &TimeRange) -> Result<u64, QueryError> {
@@ -345,7 +452,8 @@ impl<'s> Session<'s> {
                 ));
                 a.bytes_read = reads.1;
                 if reads.0 == 0 {
-                    return Ok(no_buckets(Kind::Distinct, "theta", &plan.range_label));
+                    let note = self.nothing_in(plan)?;
+                    return Ok(empty(Kind::Distinct, "theta", note));
                 }
                 if est.exact {
                     a.with_detail(format!("theta k={}, below k so exact", t.nominal_entries()))
@@ -360,7 +468,10 @@ impl<'s> Session<'s> {
                 };
                 let (h, buckets, bytes) = self.merged_hll(&slices, &plan.range)?;
                 match h {
-                    None => return Ok(no_buckets(Kind::Distinct, "hll", &plan.range_label)),
+                    None => {
+                        let note = self.nothing_in(plan)?;
+                        return Ok(empty(Kind::Distinct, "hll", note));
+                    }
                     Some(h) => {
                         let est = h.estimate();
                         let mut a = Answer::number(
@@ -482,7 +593,8 @@ impl<'s> Session<'s> {
             a = a.note("a Bloom filter read is loaded past its capacity: its false-positive rate is above what it was sized for");
         }
         if buckets == 0 && plan.method == Method::Bloom {
-            a = a.note(format!("no buckets in {}", plan.range_label));
+            let note = self.nothing_in(plan)?;
+            a = a.note(note);
         }
         Ok(a)
     }
@@ -506,13 +618,15 @@ impl<'s> Session<'s> {
             delta = f.delta;
         }
         if buckets == 0 {
-            return Ok(no_buckets(Kind::Count, "countmin", &plan.range_label));
+            let note = self.nothing_in(plan)?;
+            return Ok(empty(Kind::Count, "countmin", note));
         }
         let e = est as f64;
         let mut approx = Answer::number(
             Kind::Count,
             e,
-            (e - bound).max(0.0),
+            // Counts are whole numbers, so the truth is at least the next one up.
+            (e - bound).max(0.0).ceil(),
             e,
             "countmin",
             false,
@@ -556,30 +670,28 @@ impl<'s> Session<'s> {
             let (n, buckets) = self.store.count(&slice, &plan.range)?;
             let a = Answer::exact(Kind::Count, n as f64, buckets).with_detail("event counts");
             return Ok(if buckets == 0 {
-                a.note(format!("no buckets in {}", plan.range_label))
+                let note = self.nothing_in(plan)?;
+                a.note(note)
             } else {
                 a
             });
         }
+        // The planner checked that the raw events are there (and, unless EXACT was asked, that
+        // the scan fits the budget).
         let eval = SetEval::new(self.store, &plan.shape)?;
-        if let Err(why) = self.may_scan(&plan.range)? {
-            return Err(StoreError::Query(format!(
-                "COUNT over a set expression needs a scan of the raw events, but {why}"
-            ))
-            .into());
-        }
         let mut n = 0u64;
-        self.store.scan(&Slice::Whole, &plan.range, |ev| {
+        let decoded = self.store.scan(&Slice::Whole, &plan.range, |ev| {
             if eval.holds(eval.mask(ev)) {
                 n += 1;
             }
         })?;
         let buckets = self.store.count(&Slice::Whole, &plan.range)?.1;
-        Ok(Answer::exact(Kind::Count, n as f64, buckets).with_detail("scan"))
+        Ok(Answer::exact(Kind::Count, n as f64, buckets)
+            .with_detail(format!("scan of {} events", thousands(decoded as f64))))
     }
 
     fn top(&mut self, plan: &Plan, n: u64) -> Result<Answer, QueryError> {
-        let n = n as usize;
+        let n = usize::try_from(n).unwrap_or(usize::MAX);
         if plan.method == Method::Scan {
             let eval = SetEval::new(self.store, &plan.shape)?;
             let mut counts: HashMap<String, u64> = HashMap::new();
@@ -594,32 +706,93 @@ impl<'s> Session<'s> {
             let buckets = self.store.count(&Slice::Whole, &plan.range)?.1;
             let rows = v
                 .into_iter()
-                .map(|(item, count)| serde_json::json!({"item": item, "count": count}))
+                .map(|(item, count)| serde_json::json!({"item": item, "count": count, "exact": true}))
                 .collect();
             return Ok(Answer::list(Kind::Top, rows, "exact", true, buckets).with_detail("scan"));
         }
-        let slice = match &plan.shape {
-            Shape::Union(v) if v.len() == 1 => v[0].clone(),
-            _ => Slice::Whole,
-        };
+        let slice = one_slice(&plan.shape);
         let k = self.store.config().sketches.top_k;
-        let (top, merged) = self.store.top(&slice, &plan.range, n)?;
+        let recount = matches!(plan.recount, Some(Ok(_)));
+        let (top, merged) =
+            self.store
+                .top(&slice, &plan.range, if recount { k.max(n) } else { n })?;
         let bound = merged.sketch.as_ref().map_or(0.0, |c| c.error_bound());
-        let rows = top
-            .iter()
-            .map(|e| {
-                serde_json::json!({
-                    "item": String::from_utf8_lossy(&e.item),
-                    "count": e.estimate,
-                    "lower": (e.estimate as f64 - bound).max(0.0),
+        let mut a = if recount {
+            // Count-Min may rank a quiet item high (all its counters shared with heavy ones), so
+            // every candidate is counted again from the raw events and ranked by that count.
+            let mut index: FxHashMap<Vec<u8>, usize> = FxHashMap::default();
+            let mut key = Vec::with_capacity(64);
+            for (i, e) in top.iter().enumerate() {
+                let text = String::from_utf8_lossy(&e.item);
+                let mut b = [0u8; 20];
+                item_key(&Store::item_key(&text, &mut b), &mut key);
+                index.insert(key.clone(), i);
+            }
+            let mut exact = vec![0u64; top.len()];
+            let decoded = self.store.scan(&slice, &plan.range, |ev| {
+                item_key(&ev.item, &mut key);
+                if let Some(&i) = index.get(&key) {
+                    exact[i] += 1;
+                }
+            })?;
+            let mut order: Vec<usize> = (0..top.len()).collect();
+            order.sort_by(|&x, &y| {
+                exact[y]
+                    .cmp(&exact[x])
+                    .then_with(|| top[x].item.cmp(&top[y].item))
+            });
+            order.truncate(n);
+            let rows = order
+                .into_iter()
+                .map(|i| {
+                    serde_json::json!({
+                        "item": String::from_utf8_lossy(&top[i].item),
+                        "count": exact[i],
+                        "lower": exact[i],
+                        "exact": true,
+                        "estimate": top[i].estimate,
+                    })
                 })
-            })
-            .collect();
-        let mut a =
-            Answer::list(Kind::Top, rows, "countmin", false, merged.buckets).with_detail(format!(
-                "countmin top-{k} candidates, each over by at most {}",
-                thousands(bound)
-            ));
+                .collect();
+            let item = match &plan.statement {
+                Statement::Top { item, .. } => item.as_str(),
+                _ => "wallets",
+            };
+            Answer::list(Kind::Top, rows, "countmin", false, merged.buckets)
+                .with_detail(format!(
+                    "countmin top-{k} candidates, re-counted exactly from {} raw events",
+                    thousands(decoded as f64)
+                ))
+                .note(format!(
+                    "each count is exact, re-counted from the raw events; the candidates are those Count-Min kept, so an item it did not keep could be missing (EXACT TOP {n} {item} counts every event)"
+                ))
+        } else {
+            let rows = top
+                .iter()
+                .map(|e| {
+                    serde_json::json!({
+                        "item": String::from_utf8_lossy(&e.item),
+                        "count": e.estimate,
+                        "lower": (e.estimate as f64 - bound).max(0.0).ceil(),
+                        "exact": false,
+                    })
+                })
+                .collect();
+            let a = Answer::list(Kind::Top, rows, "countmin", false, merged.buckets).with_detail(
+                format!(
+                    "countmin top-{k} candidates, each over by at most {}",
+                    thousands(bound)
+                ),
+            );
+            match &plan.recount {
+                Some(Err(why)) => a.note(format!(
+                    "the counts are Count-Min estimates, never below the truth and over by at most {} each with probability {:.0}%; not re-counted: {why}",
+                    thousands(bound),
+                    merged.sketch.as_ref().map_or(1.0, |c| 1.0 - c.delta()) * 100.0
+                )),
+                _ => a,
+            }
+        };
         a.bytes_read = merged.bytes;
         if n > k {
             a = a.note(format!(
@@ -629,107 +802,209 @@ impl<'s> Session<'s> {
         Ok(a)
     }
 
+    /// The strata a sample draws from: the plan's one slice, or each value of the `PER` field
+    /// (narrowed to the `ON` values), in name order.
+    fn strata(&self, plan: &Plan, per: Option<&str>) -> Result<Vec<Slice>, QueryError> {
+        let Some(field) = per else {
+            return Ok(vec![one_slice(&plan.shape)]);
+        };
+        let mut names = self.store.tags()?;
+        names.sort();
+        let values: Vec<Slice> = names
+            .into_iter()
+            .filter_map(|t| {
+                t.split_once(':')
+                    .map(|(f, v)| (f.to_string(), v.to_string()))
+            })
+            .filter(|(f, _)| f == field)
+            .map(|(f, v)| Slice::tag(&f, &v))
+            // `ON` with `PER` narrows the strata to the named values (the planner has checked
+            // they are values of the same field).
+            .filter(|s| match &plan.shape {
+                Shape::Union(on) => on.contains(s),
+                _ => true,
+            })
+            .collect();
+        if values.is_empty() {
+            return Err(StoreError::Query(format!(
+                "no tag values for '{field}' (tag fields: {})",
+                self.store.config().tag_fields.join(", ")
+            ))
+            .into());
+        }
+        Ok(values)
+    }
+
+    /// A sample row: the event's time (RFC 3339, the form ingest reads back), item, tags and
+    /// extra fields, and its stratum under `PER`.
+    fn row_of(&self, e: &Event, stratum: Option<&Slice>) -> serde_json::Value {
+        let time = chrono::DateTime::from_timestamp_millis(e.time).map_or_else(
+            || serde_json::json!(e.time),
+            |t| serde_json::json!(t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()),
+        );
+        let mut row =
+            serde_json::json!({"time": time, self.store.config().item_field.clone(): e.item});
+        for (f, v) in &e.tags {
+            row[f] = serde_json::Value::String(v.clone());
+        }
+        if !e.extra.is_empty() {
+            // serde_json's arbitrary_precision (Cargo.toml) keeps each number's text here: an
+            // amount of 30 digits comes back as written, not through f64.
+            if let Ok(serde_json::Value::Object(extra)) =
+                serde_json::from_str::<serde_json::Value>(&e.extra)
+            {
+                for (k, v) in extra {
+                    row[k] = v;
+                }
+            }
+        }
+        if let Some(s) = stratum {
+            row["stratum"] = serde_json::Value::String(s.name());
+        }
+        row
+    }
+
     fn sample(&mut self, plan: &Plan, n: u64, per: Option<&str>) -> Result<Answer, QueryError> {
         let n = usize::try_from(n).unwrap_or(usize::MAX);
-        let base = match &plan.shape {
-            Shape::Union(v) if v.len() == 1 => v[0].clone(),
-            _ => Slice::Whole,
+        let k = self.store.config().sketches.reservoir_size;
+        if n > k {
+            return Err(StoreError::Query(format!(
+                "a sample of {n} exceeds the reservoir size {k} of this store; ask for at most {k}"
+            ))
+            .into());
+        }
+        let strata = self.strata(plan, per)?;
+        let asked = match &plan.fit {
+            RangeFit::Widened { asked, .. } => Some(*asked),
+            _ => None,
         };
-        let slices: Vec<Slice> = match per {
-            None => vec![base],
-            Some(field) => {
-                let values: Vec<Slice> = self
-                    .store
-                    .tags()?
-                    .into_iter()
-                    .filter_map(|t| {
-                        t.split_once(':')
-                            .map(|(f, v)| (f.to_string(), v.to_string()))
-                    })
-                    .filter(|(f, _)| f == field)
-                    .map(|(f, v)| Slice::tag(&f, &v))
-                    // `ON` with `PER` narrows the strata to the named values (the planner has
-                    // checked they are values of the same field).
-                    .filter(|s| match &plan.shape {
-                        Shape::Union(on) => on.contains(s),
-                        _ => true,
-                    })
-                    .collect();
-                if values.is_empty() {
-                    return Err(StoreError::Query(format!(
-                        "no tag values for '{field}' (tag fields: {})",
-                        self.store.config().tag_fields.join(", ")
-                    ))
-                    .into());
-                }
-                values
+        let (drawn, buckets, how) = if plan.method == Method::ScanSample {
+            self.scan_sample(plan, &strata, n)?
+        } else {
+            // The covering buckets' reservoirs also hold events outside an asked range that cuts
+            // them: draw as many as they allow (a uniform sample of the covering events), keep
+            // those inside (uniform over the range's events, given how many), then n of those.
+            let draw = if asked.is_some() { k } else { n };
+            let mut drawn = Vec::new();
+            let mut buckets = 0;
+            for s in &strata {
+                let (events, b) = self.store.sample(s, &plan.range, draw, &mut self.rng)?;
+                buckets = buckets.max(b);
+                drawn.push(events);
             }
+            (drawn, buckets, "reservoir, uniform over events".to_string())
         };
         let mut rows = Vec::new();
-        let mut buckets = 0;
-        for s in &slices {
-            let (events, b) = self.store.sample(s, &plan.range, n, &mut self.rng)?;
-            buckets = buckets.max(b);
-            for e in events {
-                // Times as RFC 3339, the form ingest reads back, rather than bare milliseconds.
-                let time = chrono::DateTime::from_timestamp_millis(e.time).map_or_else(
-                    || serde_json::json!(e.time),
-                    |t| serde_json::json!(t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()),
-                );
-                let mut row = serde_json::json!({"time": time, self.store.config().item_field.clone(): e.item});
-                for (f, v) in &e.tags {
-                    row[f] = serde_json::Value::String(v.clone());
-                }
-                if !e.extra.is_empty() {
-                    // serde_json's arbitrary_precision (Cargo.toml) keeps each number's text
-                    // here: an amount of 30 digits comes back as written, not through f64.
-                    if let Ok(serde_json::Value::Object(extra)) =
-                        serde_json::from_str::<serde_json::Value>(&e.extra)
-                    {
-                        for (k, v) in extra {
-                            row[k] = v;
-                        }
-                    }
-                }
-                if per.is_some() {
-                    row["stratum"] = serde_json::Value::String(s.name());
-                }
-                rows.push(row);
+        let (mut inside, mut drew) = (0, 0);
+        for (s, events) in strata.iter().zip(drawn) {
+            drew += events.len();
+            let mut events: Vec<Event> = match asked {
+                Some(r) => events.into_iter().filter(|e| r.contains(e.time)).collect(),
+                None => events,
+            };
+            inside += events.len();
+            if events.len() > n {
+                let keep = rand::seq::index::sample(&mut self.rng, events.len(), n);
+                let mut keep: Vec<usize> = keep.into_iter().collect();
+                keep.sort_unstable();
+                events = keep.into_iter().map(|i| events[i].clone()).collect();
+            }
+            for e in &events {
+                rows.push(self.row_of(e, per.map(|_| s)));
             }
         }
         let got = rows.len();
-        let mut a =
-            Answer::list(Kind::Sample, rows, "reservoir", false, buckets).with_detail(format!(
-                "reservoir, uniform over events{}",
+        let mut a = Answer::list(Kind::Sample, rows, plan.method.name(), false, buckets)
+            .with_detail(format!(
+                "{how}{}",
                 if per.is_some() {
                     " within each stratum"
                 } else {
                     ""
                 }
             ));
-        if per.is_none() && got < n {
+        if let RangeFit::Widened {
+            asked_label, why, ..
+        } = &plan.fit
+        {
+            a.range = Some(asked_label.clone());
+            a = a.note(format!(
+                "{asked_label} cuts buckets the sketches only know whole, and {why}: {} events were drawn from the reservoirs of the covering buckets ({}) and the {inside} inside {asked_label} kept{}; the rows are a uniform sample of its events",
+                thousands(drew as f64),
+                plan.range_label,
+                if got < inside { format!(", {got} of them at random") } else { String::new() }
+            ));
+            if got < n {
+                a = a.note(format!("{got} rows, fewer than the {n} asked: the reservoirs hold few events of {asked_label}"));
+            }
+        } else if per.is_none() && got < n {
             a = a.note(format!("only {got} events in {}", plan.range_label));
         }
         a = a.note("a sample answers questions about events; it cannot count distinct items (use DISTINCT)");
         Ok(a)
     }
-}
 
-fn range_of(s: &Statement) -> Option<&super::ast::Range> {
-    match s {
-        Statement::Distinct { range, .. }
-        | Statement::Seen { range, .. }
-        | Statement::CountValue { range, .. }
-        | Statement::Count { range, .. }
-        | Statement::Top { range, .. }
-        | Statement::Sample { range, .. } => Some(range),
-        _ => None,
+    /// Fills one reservoir of `n` per stratum with a single scan of the range's raw events
+    /// (Vitter's algorithm R with the session's random source): each subset of `n` of a
+    /// stratum's events in the range is equally likely.
+    fn scan_sample(
+        &mut self,
+        plan: &Plan,
+        strata: &[Slice],
+        n: usize,
+    ) -> Result<(Vec<Vec<Event>>, usize, String), QueryError> {
+        let ids: Vec<Option<u32>> = strata
+            .iter()
+            .map(|s| match s {
+                Slice::Whole => Ok(None),
+                tag => self.store.tag_id_of(tag).map(Some),
+            })
+            .collect::<Result<_, _>>()?;
+        let mut reservoirs: Vec<(Vec<Event>, u64)> = vec![(Vec::new(), 0); strata.len()];
+        let rng = &mut self.rng;
+        let decoded = self
+            .store
+            .scan_events(&Slice::Whole, &plan.range, |ev, make| {
+                for (id, (kept, seen)) in ids.iter().zip(reservoirs.iter_mut()) {
+                    if id.is_some_and(|id| !ev.tag_ids().contains(&id)) {
+                        continue;
+                    }
+                    *seen += 1;
+                    if kept.len() < n {
+                        kept.push(make(ev));
+                    } else {
+                        let j = rng.random_range(0..*seen);
+                        if let Some(slot) = usize::try_from(j).ok().and_then(|j| kept.get_mut(j)) {
+                            *slot = make(ev);
+                        }
+                    }
+                }
+            })?;
+        let buckets = self.store.count(&Slice::Whole, &plan.range)?.1;
+        let how = format!(
+            "reservoir filled by a scan of {} raw events, uniform over the events in {}",
+            thousands(decoded as f64),
+            plan.range_label
+        );
+        Ok((
+            reservoirs.into_iter().map(|(kept, _)| kept).collect(),
+            buckets,
+            how,
+        ))
     }
 }
 
-fn no_buckets(kind: Kind, method: &str, label: &str) -> Answer {
-    Answer::number(kind, 0.0, 0.0, 0.0, method, true, 0)
-        .note(format!("no buckets in {label}: nothing was ingested there"))
+/// The exact zero of a sketch that has nothing in the range.
+fn empty(kind: Kind, method: &str, note: String) -> Answer {
+    Answer::number(kind, 0.0, 0.0, 0.0, method, true, 0).note(note)
+}
+
+/// The one slice a plan of the whole stream or a single tag reads.
+fn one_slice(shape: &Shape) -> Slice {
+    match shape {
+        Shape::Union(v) if v.len() == 1 => v[0].clone(),
+        _ => Slice::Whole,
+    }
 }
 
 /// A compact, unambiguous key for an item (form byte + bytes).
@@ -927,22 +1202,39 @@ fn explain(plan: &Plan, answer: &Answer) -> Answer {
             if plan.exact { " (EXACT requested)" } else { "" }
         ),
         format!("range: {}", plan.range_label),
+    ];
+    if let RangeFit::Widened { asked_label, .. } = &plan.fit {
+        lines.push(format!("asked range: {asked_label}"));
+    }
+    for r in &plan.reasons {
+        lines.push(format!("choice: {r}"));
+    }
+    lines.extend([
         format!("buckets read: {}", answer.buckets),
         format!("sketch bytes read: {}", thousands(answer.bytes_read as f64)),
-    ];
+    ]);
     if let (Some(lo), Some(hi), super::answer::Value::Number(v)) =
         (answer.lower, answer.upper, &answer.value)
     {
         if !answer.exact && *v > 0.0 {
             lines.push(format!(
-                "expected error: 95% interval ±{:.1}% of the value",
+                "expected error: {} interval ±{:.1}% of the value",
+                match answer.level() {
+                    "bounds" => "certain",
+                    "99%" => "99%",
+                    _ => "95%",
+                },
                 (hi - lo) / 2.0 / v * 100.0
             ));
         } else if answer.exact {
             lines.push("expected error: none (exact)".into());
         }
     }
-    let fallback = answer.notes.iter().find(|n| n.contains("exact"));
+    // The notes maybe_fallback writes: taken, or declined and why.
+    let fallback = answer
+        .notes
+        .iter()
+        .find(|n| n.starts_with("answered exactly") || n.contains("no exact fallback"));
     lines.push(format!(
         "exact fallback: {}",
         fallback.map_or("not needed".to_string(), |n| n.clone())

@@ -19,6 +19,9 @@ EXPLAIN <query>                              the plan: structure, buckets, error
 SHOW BUCKETS | SHOW TAGS | SHOW SKETCHES | INFO | HELP | SET NOW = <date>
 <set>   := chain:a | <set> AND <set> | <set> OR <set> | <set> EXCEPT <set> | NOT (<set>)
 <range> := FROM ALL | FROM today | FROM yesterday | FROM <date> [TO <date>] | FROM LAST <n> DAYS|HOURS
+           FROM <date> alone: since that date; TO includes its whole day or hour; <date> is
+           YYYY-MM-DD or YYYY-MM-DDTHH (UTC). A range that cuts a bucket is answered from the
+           raw events when they are kept, else for the whole buckets covering it (it says so).
 examples: DISTINCT wallets ON chain:a AND chain:b   SEEN 0xabc   SAMPLE 1000 FROM today";
 
 pub fn answer(store: &Store, statement: &Statement) -> Result<Answer, QueryError> {
@@ -35,11 +38,9 @@ pub fn answer(store: &Store, statement: &Statement) -> Result<Answer, QueryError
                 .with_detail("buckets of the whole stream")
         }
         Statement::ShowTags => {
-            let rows = store
-                .tags()?
-                .into_iter()
-                .map(serde_json::Value::String)
-                .collect();
+            let mut tags = store.tags()?;
+            tags.sort();
+            let rows = tags.into_iter().map(serde_json::Value::String).collect();
             Answer::list(Kind::Info, rows, "meta", true, 0).with_detail("tag values")
         }
         Statement::ShowSketches | Statement::Info => {

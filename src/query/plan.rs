@@ -1,7 +1,18 @@
 //! The planner: decides which structure answers a statement, over which slices and time range,
 //! and whether only an exact answer will do. It refuses questions a structure cannot answer
-//! honestly, naming the query that can. It reads nothing but the store's configuration and tag
-//! names; the executor runs the plan.
+//! honestly, naming queries that can. Besides the store's configuration it asks the raw event
+//! log three things ([`RawLog`]): whether a range's raw events are still kept, since when, and how
+//! many events a scan of it would read. With those it decides the cases where the sketches would
+//! answer a different question than the one asked:
+//!
+//! - a range that cuts a bucket (an hour range on a day store): the sketches only know whole
+//!   buckets, so the raw events answer, filtered by time, when they are kept and the scan is
+//!   within the budget; otherwise the covering buckets answer and the plan says so;
+//! - `COUNT <value>` over tags joined by OR: one event may carry several of them, so per-tag
+//!   Count-Min figures cannot be added; the raw events answer, or the query is refused;
+//! - `TOP`: the Count-Min candidates are re-counted exactly from the raw events when they can be.
+//!
+//! The executor runs the plan and makes no choice of its own but SPEC.md's exact fallback.
 
 use super::ast::{Date, Range, SetExpr, Statement, Unit};
 use crate::store::model::{BucketWidth, DAY_MS, HOUR_MS};
@@ -24,6 +35,8 @@ pub enum Method {
     TopK,
     /// The buckets' reservoirs, weighted by event counts.
     Reservoir,
+    /// A reservoir filled by a scan of the raw events in the range (a range that cuts buckets).
+    ScanSample,
     /// The exact event counts kept with each sketch set.
     EventCounts,
     /// A scan of the raw event log.
@@ -41,7 +54,7 @@ impl Method {
             Method::Bloom => "bloom",
             Method::CountMin => "countmin",
             Method::TopK => "countmin",
-            Method::Reservoir => "reservoir",
+            Method::Reservoir | Method::ScanSample => "reservoir",
             Method::EventCounts | Method::Scan => "exact",
             Method::Meta => "meta",
         }
@@ -72,6 +85,87 @@ pub struct Plan {
     /// `EXPLAIN` was asked for: describe the plan (the approximate step is run to measure its
     /// error and buckets; SET NOW is not applied).
     pub explain: bool,
+    /// How the range meets the bucket grid, and what the planner made of it.
+    pub fit: RangeFit,
+    /// For `TOP` from Count-Min: whether its candidates are re-counted from the raw events (the
+    /// events a scan reads), or why not.
+    pub recount: Option<Result<u64, String>>,
+    /// The planner's choices in words, for `EXPLAIN`.
+    pub reasons: Vec<String>,
+}
+
+impl Plan {
+    /// The statement as written (with `EXACT` and `EXPLAIN`), to plan it again later.
+    pub fn source(&self) -> Statement {
+        let mut s = self.statement.clone();
+        if self.exact {
+            s = Statement::Exact(Box::new(s));
+        }
+        if self.explain {
+            s = Statement::Explain(Box::new(s));
+        }
+        s
+    }
+}
+
+/// How a statement's time range meets the bucket grid.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RangeFit {
+    /// All time, or whole buckets: every bucket read lies inside the range.
+    Whole,
+    /// The range cuts a bucket and the raw events answer, filtered by time.
+    Scanned,
+    /// The range cuts a bucket and the raw events cannot answer (`why`): the plan's `range` is
+    /// widened to the covering buckets.
+    Widened {
+        /// The range as asked, and its label.
+        asked: TimeRange,
+        asked_label: String,
+        /// The buckets wholly inside the asked range, if any.
+        inner: Option<TimeRange>,
+        why: String,
+    },
+}
+
+/// What the planner asks of the raw event log. The store answers it in a session; [`plan`]
+/// assumes a log that keeps everything.
+pub trait RawLog {
+    /// Whether every raw event in `range` is still kept.
+    fn retained(&self, range: &TimeRange) -> bool;
+    /// The time from which raw events are kept, when retention has dropped older ones.
+    fn retained_from(&self) -> Option<i64>;
+    /// How many events a scan of `range` reads (those of every bucket it overlaps).
+    fn scan_size(&self, range: &TimeRange) -> Result<u64, String>;
+}
+
+/// What a plan depends on besides the statement.
+pub struct Context<'a> {
+    /// The clock, Unix milliseconds.
+    pub now: i64,
+    pub width: BucketWidth,
+    /// The store's item field (`wallet`), accepted as written or with an `s`.
+    pub item_field: &'a str,
+    pub raw: &'a dyn RawLog,
+    /// The most events a scan the user did not ask for may read (`Options::scan_budget`).
+    pub scan_budget: u64,
+    /// Whether exact figures may replace a sketch's own (`Options::exact_fallback`): off, `TOP`
+    /// shows the Count-Min estimates with their bounds and no recount.
+    pub exact_figures: bool,
+}
+
+/// A raw log that keeps every event, of any size.
+struct KeepsAll;
+
+impl RawLog for KeepsAll {
+    fn retained(&self, _: &TimeRange) -> bool {
+        true
+    }
+    fn retained_from(&self) -> Option<i64> {
+        None
+    }
+    fn scan_size(&self, _: &TimeRange) -> Result<u64, String> {
+        Ok(0)
+    }
 }
 
 /// A question the planner will not answer the way it was asked.
@@ -118,22 +212,22 @@ pub fn date_ms(d: &Date) -> i64 {
     t.and_utc().timestamp_millis()
 }
 
-/// The time range a statement means at `now`: `FROM <date>` alone runs from that date on; `TO`
-/// includes its whole day (or hour); `LAST n DAYS` is the n calendar days ending today.
-pub fn resolve_range(range: &Range, now: i64, width: BucketWidth) -> (TimeRange, String) {
+/// The time range a statement means at `now`, and its label: `FROM <date>` alone runs from that
+/// date on ("since"); `TO` includes its whole day (or hour); `LAST n DAYS` is the n calendar
+/// days ending today, `LAST n HOURS` the n clock hours ending with the current one.
+pub fn resolve_range(range: &Range, now: i64) -> (TimeRange, String) {
     let day = |t: i64| t.div_euclid(DAY_MS) * DAY_MS;
-    let label = |t: i64| width.label(t);
     match range {
-        Range::Unspecified | Range::All => (TimeRange::all(), "all time".into()),
+        Range::Unspecified | Range::All => (TimeRange::all(), super::answer::ALL_TIME.into()),
         Range::Today => (
             TimeRange::between(day(now), day(now) + DAY_MS),
-            format!("today ({})", BucketWidth::Day.label(day(now))),
+            format!("today, {}", BucketWidth::Day.label(day(now))),
         ),
         Range::Yesterday => {
             let y = day(now) - DAY_MS;
             (
                 TimeRange::between(y, y + DAY_MS),
-                format!("yesterday ({})", BucketWidth::Day.label(y)),
+                format!("yesterday, {}", BucketWidth::Day.label(y)),
             )
         }
         Range::Between { from, to } => {
@@ -144,18 +238,27 @@ pub fn resolve_range(range: &Range, now: i64, width: BucketWidth) -> (TimeRange,
                         start: Some(start),
                         end: None,
                     },
-                    format!("from {from}"),
+                    format!("since {from}"),
                 ),
                 Some(to) => {
                     let end = date_ms(to) + if to.hour.is_some() { HOUR_MS } else { DAY_MS };
-                    (TimeRange::between(start, end), format!("{from} – {to}"))
+                    let label = if from == to {
+                        from.to_string()
+                    } else {
+                        format!("{from} – {to}")
+                    };
+                    (TimeRange::between(start, end), label)
                 }
             }
         }
         Range::Last { n, unit } => {
-            let (unit_ms, start_of) = match unit {
-                Unit::Days => (DAY_MS, day(now)),
-                Unit::Hours => (HOUR_MS, now.div_euclid(HOUR_MS) * HOUR_MS),
+            let (unit_ms, start_of, width) = match unit {
+                Unit::Days => (DAY_MS, day(now), BucketWidth::Day),
+                Unit::Hours => (
+                    HOUR_MS,
+                    now.div_euclid(HOUR_MS) * HOUR_MS,
+                    BucketWidth::Hour,
+                ),
             };
             let n = i64::try_from(*n)
                 .unwrap_or(i64::MAX / unit_ms)
@@ -165,27 +268,288 @@ pub fn resolve_range(range: &Range, now: i64, width: BucketWidth) -> (TimeRange,
             (
                 TimeRange::between(start, end),
                 format!(
-                    "last {n} {} ({} – now)",
+                    "last {n} {}, {} – {}",
                     if *unit == Unit::Days { "days" } else { "hours" },
-                    label(start)
+                    width.label(start),
+                    width.label(start_of)
                 ),
             )
         }
     }
 }
 
+/// Whether `t` (a range end; `None` is unbounded) falls on a bucket boundary.
+fn on_grid(t: Option<i64>, width: BucketWidth) -> bool {
+    t.is_none_or(|t| t.rem_euclid(width.millis()) == 0)
+}
+
+/// A range's label in bucket terms: `2026-10-29 – 2026-10-30`, `since 2026-10-29`.
+fn bucket_label(r: &TimeRange, width: BucketWidth) -> String {
+    let last = |e: i64| width.label(width.bucket_of(e - 1));
+    match (r.start, r.end) {
+        (None, None) => super::answer::ALL_TIME.into(),
+        (Some(s), None) => format!("since {}", width.label(s)),
+        (None, Some(e)) => format!("until {}", last(e)),
+        (Some(s), Some(e)) if width.bucket_of(e - 1) <= s => width.label(s),
+        (Some(s), Some(e)) => format!("{} – {}", width.label(s), last(e)),
+    }
+}
+
+/// The buckets that cover a range, and those wholly inside it (`None` if there are none).
+fn covering(r: &TimeRange, width: BucketWidth) -> (TimeRange, Option<TimeRange>) {
+    let ceil = |t: i64| {
+        width.bucket_of(t)
+            + if on_grid(Some(t), width) {
+                0
+            } else {
+                width.millis()
+            }
+    };
+    let covering = TimeRange {
+        start: r.start.map(|s| width.bucket_of(s)),
+        end: r.end.map(&ceil),
+    };
+    let inside = TimeRange {
+        start: r.start.map(&ceil),
+        end: r.end.map(|e| width.bucket_of(e)),
+    };
+    let inside = match (inside.start, inside.end) {
+        (Some(s), Some(e)) if s >= e => None,
+        _ => Some(inside),
+    };
+    (covering, inside)
+}
+
+/// The buckets a cut range cuts, in words (`2026-10-29 and 2026-10-30`).
+fn cut_buckets(r: &TimeRange, width: BucketWidth) -> String {
+    let mut cut: Vec<i64> = Vec::new();
+    for t in [r.start, r.end].into_iter().flatten() {
+        if !on_grid(Some(t), width) && !cut.contains(&width.bucket_of(t)) {
+            cut.push(width.bucket_of(t));
+        }
+    }
+    let labels: Vec<String> = cut.iter().map(|&b| width.label(b)).collect();
+    format!(
+        "bucket{} {}",
+        if labels.len() == 1 { "" } else { "s" },
+        labels.join(" and ")
+    )
+}
+
+/// A time as people write it: to the hour when it is one, else to the second.
+fn time_label(t: i64) -> String {
+    match chrono::DateTime::from_timestamp_millis(t) {
+        Some(d) if t.rem_euclid(HOUR_MS) == 0 => d.format("%Y-%m-%dT%H").to_string(),
+        Some(d) => d.format("%Y-%m-%dT%H:%M:%S UTC").to_string(),
+        None => format!("@{t}ms"),
+    }
+}
+
+/// The `Date` of an hour-aligned time: a day when it starts one (unless `hour` is asked), else
+/// its hour.
+fn date_of(t: i64, hour: bool) -> Option<Date> {
+    use chrono::{Datelike, Timelike};
+    let d = chrono::DateTime::from_timestamp_millis(t)?;
+    Some(Date {
+        year: d.year(),
+        month: d.month(),
+        day: d.day(),
+        hour: (hour || t.rem_euclid(DAY_MS) != 0).then_some(d.hour()),
+    })
+}
+
+/// `s` with its `ON` set replaced.
+fn with_set(s: &Statement, e: SetExpr) -> Statement {
+    let mut s = s.clone();
+    match &mut s {
+        Statement::Distinct { set, .. }
+        | Statement::Seen { set, .. }
+        | Statement::CountValue { set, .. }
+        | Statement::Count { set, .. }
+        | Statement::Top { set, .. }
+        | Statement::Sample { set, .. } => *set = Some(e),
+        _ => {}
+    }
+    s
+}
+
+/// `s` with its range replaced.
+fn with_range(s: &Statement, r: Range) -> Statement {
+    let mut s = s.clone();
+    match &mut s {
+        Statement::Distinct { range, .. }
+        | Statement::Seen { range, .. }
+        | Statement::CountValue { range, .. }
+        | Statement::Count { range, .. }
+        | Statement::Top { range, .. }
+        | Statement::Sample { range, .. } => *range = r,
+        _ => {}
+    }
+    s
+}
+
+/// The written range for the part of `r` whose raw events are kept (those from `kept_from` on),
+/// or for everything since `kept_from` when `r` ends before it.
+fn kept_part(r: &TimeRange, kept_from: i64) -> Option<Range> {
+    let ceil_hour =
+        |t: i64| t.div_euclid(HOUR_MS) * HOUR_MS + HOUR_MS * i64::from(t.rem_euclid(HOUR_MS) != 0);
+    let kept = ceil_hour(kept_from);
+    let start = r.start.map_or(kept, |s| ceil_hour(s).max(kept));
+    let to = match r.end {
+        None => None,
+        Some(e) if e <= start => {
+            return Some(Range::Between {
+                from: date_of(kept, false)?,
+                to: None,
+            })
+        }
+        // `TO` includes its whole day or hour.
+        Some(e) if e.rem_euclid(DAY_MS) == 0 => Some(date_of(e - DAY_MS, false)?),
+        Some(e) => Some(date_of(e - HOUR_MS, true)?),
+    };
+    Some(Range::Between {
+        from: date_of(start, false)?,
+        to,
+    })
+}
+
 fn exact_of(s: &Statement) -> String {
     format!("EXACT {s}")
 }
 
-/// Plans a statement. `item_field` is the store's item field (`wallet`), accepted as written or
-/// with an `s`.
+/// Plans a statement as if every raw event were kept and any scan fitted the budget (a store
+/// without retention, and no budget). `item_field` is the store's item field (`wallet`),
+/// accepted as written or with an `s`. A session plans with [`plan_with`] and the store's facts.
 pub fn plan(
     statement: &Statement,
     now: i64,
     width: BucketWidth,
     item_field: &str,
 ) -> Result<Plan, Refusal> {
+    plan_with(
+        statement,
+        &Context {
+            now,
+            width,
+            item_field,
+            raw: &KeepsAll,
+            scan_budget: u64::MAX,
+            exact_figures: true,
+        },
+    )
+}
+
+/// Plans a statement against what the raw event log holds (see the module's documentation).
+pub fn plan_with(statement: &Statement, ctx: &Context<'_>) -> Result<Plan, Refusal> {
+    plan_inner(statement, ctx, true)
+}
+
+/// Whether a scan of `range` may run without `EXACT`: its events (how many) or why not.
+fn may_scan(ctx: &Context<'_>, range: &TimeRange) -> Result<u64, String> {
+    if !ctx.raw.retained(range) {
+        return Err(match ctx.raw.retained_from() {
+            Some(t) => format!("raw events before {} have expired", time_label(t)),
+            None => "raw events of the range have expired".into(),
+        });
+    }
+    let n = ctx
+        .raw
+        .scan_size(range)
+        .map_err(|e| format!("the size of the scan is unknown ({e})"))?;
+    if n > ctx.scan_budget {
+        return Err(format!(
+            "a scan would read {} events, over the budget of {}",
+            super::answer::thousands(n as f64),
+            super::answer::thousands(ctx.scan_budget as f64)
+        ));
+    }
+    Ok(n)
+}
+
+/// Queries to ask instead of `inner` (under `EXACT` if `exact`) when its raw events cannot be
+/// scanned: each one is planned here and kept only if the planner accepts it.
+fn advice(inner: &Statement, exact: bool, time: &TimeRange, ctx: &Context<'_>) -> Vec<String> {
+    let exact_st = |s: Statement| {
+        if exact {
+            Statement::Exact(Box::new(s))
+        } else {
+            s
+        }
+    };
+    let mut candidates: Vec<Statement> = Vec::new();
+    // The sketches' answer for the same range, where the planner takes one.
+    if exact {
+        candidates.push(inner.clone());
+    }
+    if ctx.raw.retained(time) {
+        // Kept but over the budget: EXACT scans whatever the budget.
+        if !exact {
+            candidates.push(Statement::Exact(Box::new(inner.clone())));
+        }
+    } else if let Some(r) = ctx.raw.retained_from().and_then(|f| kept_part(time, f)) {
+        candidates.push(exact_st(with_range(inner, r)));
+    }
+    // A count over an OR of tags: each tag's count (the union lies between the largest and
+    // their sum).
+    if let (Statement::CountValue { .. } | Statement::Count { .. }, Shape::Union(tags)) =
+        (inner, shape_of(&range_set(inner)))
+    {
+        if tags.len() > 1 {
+            for t in tags {
+                if let Slice::Tag { field, value } = t {
+                    candidates.push(with_set(inner, SetExpr::Tag { field, value }));
+                }
+            }
+        }
+    }
+    let mut out: Vec<String> = Vec::new();
+    for c in candidates {
+        if plan_inner(&c, ctx, false).is_ok() && !out.contains(&c.to_string()) {
+            out.push(c.to_string());
+        }
+    }
+    out
+}
+
+/// The `ON` set of a data statement.
+fn range_set(s: &Statement) -> Option<SetExpr> {
+    match s {
+        Statement::Distinct { set, .. }
+        | Statement::Seen { set, .. }
+        | Statement::CountValue { set, .. }
+        | Statement::Count { set, .. }
+        | Statement::Top { set, .. }
+        | Statement::Sample { set, .. } => set.clone(),
+        _ => None,
+    }
+}
+
+/// A refusal for a question only the raw events answer, naming what can be asked instead.
+fn scan_refusal(
+    reason: String,
+    inner: &Statement,
+    exact: bool,
+    time: &TimeRange,
+    ctx: &Context<'_>,
+    advise: bool,
+) -> Refusal {
+    let ideas = if advise {
+        advice(inner, exact, time, ctx)
+    } else {
+        Vec::new()
+    };
+    Refusal {
+        reason,
+        instead: if ideas.is_empty() {
+            "nothing else answers it: the sketches cannot, and the raw events are not there".into()
+        } else {
+            ideas.join(", or ")
+        },
+    }
+}
+
+fn plan_inner(statement: &Statement, ctx: &Context<'_>, advise: bool) -> Result<Plan, Refusal> {
+    let (now, width, item_field) = (ctx.now, ctx.width, ctx.item_field);
     let mut exact = false;
     let mut explain = false;
     let mut inner = statement;
@@ -227,15 +591,18 @@ pub fn plan(
         _ => (None, Range::Unspecified),
     };
     let shape = shape_of(&set);
-    if let Range::Between { from, to: Some(to) } = &range {
-        if date_ms(to) < date_ms(from) {
+    let (time, range_label) = resolve_range(&range, now);
+    if let (Range::Between { from, to: Some(to) }, Some(s), Some(e)) =
+        (&range, time.start, time.end)
+    {
+        // `TO` includes its day or hour: `FROM 2026-10-30T05 TO 2026-10-30` is 05:00 to midnight.
+        if e <= s {
             return Err(Refusal {
                 reason: format!("the range ends ({to}) before it starts ({from})"),
                 instead: format!("FROM {to} TO {from}"),
             });
         }
     }
-    let (time, range_label) = resolve_range(&range, now, width);
     let single_or_whole =
         matches!(&shape, Shape::Whole) || matches!(&shape, Shape::Union(v) if v.len() == 1);
     let method = match inner {
@@ -311,7 +678,7 @@ pub fn plan(
         }
         _ => Method::Meta,
     };
-    Ok(Plan {
+    let mut plan = Plan {
         statement: inner.clone(),
         method,
         shape,
@@ -319,7 +686,138 @@ pub fn plan(
         range_label,
         exact,
         explain,
-    })
+        fit: RangeFit::Whole,
+        recount: None,
+        reasons: Vec::new(),
+    };
+    if method == Method::Meta {
+        return Ok(plan);
+    }
+    let cuts = !on_grid(time.start, width) || !on_grid(time.end, width);
+    let asked_label = plan.range_label.clone();
+    let cut_words = || format!("the range {asked_label} cuts {}", cut_buckets(&time, width));
+    if exact {
+        // Asked for: the raw events answer whatever the budget, if they are there.
+        if !ctx.raw.retained(&time) {
+            let why = may_scan(ctx, &time).err().unwrap_or_default();
+            return Err(scan_refusal(
+                format!("{why}, so EXACT cannot answer ({})", plan.range_label),
+                inner,
+                true,
+                &time,
+                ctx,
+                advise,
+            ));
+        }
+        if cuts {
+            plan.fit = RangeFit::Scanned;
+            plan.reasons.push(format!(
+                "{}: the raw events are filtered by time",
+                cut_words()
+            ));
+        }
+        return Ok(plan);
+    }
+    // Questions only the raw events answer.
+    let only_raw = match (inner, &plan.shape) {
+        (Statement::Count { .. }, _) if method == Method::Scan => {
+            Some("COUNT over several tags is counted event by event from the raw events".to_string())
+        }
+        (Statement::CountValue { .. }, Shape::Union(tags)) if tags.len() > 1 => Some(
+            "one event may carry several of these tags, and Count-Min counts per tag, so adding \
+             the tags' counts would count it once per tag: the union is counted from the raw events"
+                .to_string(),
+        ),
+        _ => None,
+    };
+    if let Some(what) = only_raw {
+        return match may_scan(ctx, &time) {
+            Ok(n) => {
+                plan.method = Method::Scan;
+                plan.reasons.push(format!(
+                    "{what} (a scan of {} events)",
+                    super::answer::thousands(n as f64)
+                ));
+                if cuts {
+                    plan.fit = RangeFit::Scanned;
+                }
+                Ok(plan)
+            }
+            Err(why) => Err(scan_refusal(
+                format!(
+                    "{what}, but {why}{}",
+                    match &plan.shape {
+                        Shape::Union(tags) if tags.len() > 1 => "; each tag's count alone can be answered, and the union lies between the largest of them and their sum",
+                        _ => "",
+                    }
+                ),
+                inner,
+                false,
+                &time,
+                ctx,
+                advise,
+            )),
+        };
+    }
+    if cuts {
+        match may_scan(ctx, &time) {
+            Ok(n) => {
+                plan.method = if method == Method::Reservoir {
+                    Method::ScanSample
+                } else {
+                    Method::Scan
+                };
+                plan.fit = RangeFit::Scanned;
+                plan.reasons.push(format!(
+                    "{}, which the sketches only know whole: answered from the raw events, filtered by time (a scan of {} events, within the budget of {})",
+                    cut_words(),
+                    super::answer::thousands(n as f64),
+                    super::answer::thousands(ctx.scan_budget as f64)
+                ));
+            }
+            Err(why) => {
+                let (covering, inner_range) = covering(&time, width);
+                let unit = if width == BucketWidth::Day {
+                    "days"
+                } else {
+                    "hours"
+                };
+                let covering_label = format!(
+                    "{}, the whole {unit} covering {}",
+                    bucket_label(&covering, width),
+                    plan.range_label
+                );
+                plan.reasons.push(format!(
+                    "{}, and {why}: the covering buckets answer, {}",
+                    cut_words(),
+                    bucket_label(&covering, width)
+                ));
+                plan.fit = RangeFit::Widened {
+                    asked: time,
+                    asked_label: std::mem::replace(&mut plan.range_label, covering_label),
+                    inner: inner_range,
+                    why,
+                };
+                plan.range = covering;
+            }
+        }
+    }
+    if plan.method == Method::TopK {
+        let recount = if ctx.exact_figures {
+            may_scan(ctx, &plan.range)
+        } else {
+            Err("the exact fallback is off".into())
+        };
+        plan.reasons.push(match &recount {
+            Ok(n) => format!(
+                "the Count-Min candidates are re-counted exactly from the raw events (a scan of {} events)",
+                super::answer::thousands(*n as f64)
+            ),
+            Err(why) => format!("no exact recount of the candidates: {why}"),
+        });
+        plan.recount = Some(recount);
+    }
+    Ok(plan)
 }
 
 #[cfg(test)]
@@ -387,13 +885,189 @@ mod tests {
         assert!(r.to_string().contains("'wallet'"), "{r}");
     }
 
+    /// A raw log that keeps events from `from` on; a scan of any range reads `size` events.
+    struct Log {
+        from: Option<i64>,
+        size: u64,
+    }
+
+    impl RawLog for Log {
+        fn retained(&self, r: &TimeRange) -> bool {
+            self.from.is_none_or(|f| r.start.is_some_and(|s| s >= f))
+        }
+        fn retained_from(&self) -> Option<i64> {
+            self.from
+        }
+        fn scan_size(&self, _: &TimeRange) -> Result<u64, String> {
+            Ok(self.size)
+        }
+    }
+
+    const DAY0: i64 = 1_764_633_600_000; // 2025-12-02
+
+    fn with(log: &Log, width: BucketWidth, s: &str) -> Result<Plan, Refusal> {
+        plan_with(
+            &parse(s).expect("parses"),
+            &Context {
+                now: DAY0 + 5 * HOUR_MS,
+                width,
+                item_field: "wallet",
+                raw: log,
+                scan_budget: 1_000,
+                exact_figures: true,
+            },
+        )
+    }
+
+    #[test]
+    fn a_range_that_cuts_buckets_scans_the_raw_events_or_widens_and_says_why() {
+        let kept = Log {
+            from: None,
+            size: 10,
+        };
+        let q = "COUNT FROM 2025-12-02T05 TO 2025-12-02T07";
+        let p = with(&kept, BucketWidth::Day, q).expect("plan");
+        assert_eq!((p.method, &p.fit), (Method::Scan, &RangeFit::Scanned));
+        assert_eq!(
+            p.range,
+            TimeRange::between(DAY0 + 5 * HOUR_MS, DAY0 + 8 * HOUR_MS)
+        );
+        assert!(p.reasons[0].contains("cuts bucket 2025-12-02"), "{p:?}");
+        let p = with(&kept, BucketWidth::Day, "SAMPLE 5 FROM LAST 3 HOURS").expect("plan");
+        assert_eq!(p.method, Method::ScanSample);
+        // The same hours are whole buckets on an hour store.
+        let p = with(&kept, BucketWidth::Hour, q).expect("plan");
+        assert_eq!((p.method, &p.fit), (Method::EventCounts, &RangeFit::Whole));
+        // Over the budget, or expired: the covering day answers, and the plan says why.
+        let big = Log {
+            from: None,
+            size: 1_001,
+        };
+        let expired = Log {
+            from: Some(DAY0 + DAY_MS),
+            size: 10,
+        };
+        for (log, why) in [(&big, "budget"), (&expired, "expired")] {
+            let p = with(log, BucketWidth::Day, q).expect("plan");
+            assert_eq!(p.method, Method::EventCounts);
+            assert_eq!(p.range, TimeRange::between(DAY0, DAY0 + DAY_MS));
+            let RangeFit::Widened { asked, inner, .. } = &p.fit else {
+                panic!("{p:?}")
+            };
+            assert_eq!(
+                (*asked, *inner),
+                (
+                    TimeRange::between(DAY0 + 5 * HOUR_MS, DAY0 + 8 * HOUR_MS),
+                    None
+                )
+            );
+            assert!(p.range_label.contains("whole days"), "{}", p.range_label);
+            assert!(p.reasons[0].contains(why), "{:?}", p.reasons);
+        }
+        // A day and a half: the whole day inside is what a widened COUNT is bounded below by.
+        let p = with(
+            &big,
+            BucketWidth::Day,
+            "COUNT FROM 2025-11-30T12 TO 2025-12-01",
+        )
+        .expect("plan");
+        let RangeFit::Widened { inner, .. } = &p.fit else {
+            panic!("{p:?}")
+        };
+        assert_eq!(*inner, Some(TimeRange::between(DAY0 - DAY_MS, DAY0)));
+    }
+
+    #[test]
+    fn a_count_over_an_or_of_tags_is_a_scan_or_refused_with_queries_that_answer() {
+        let kept = Log {
+            from: None,
+            size: 10,
+        };
+        let q = "COUNT 0xabc ON chain:a OR token:t";
+        assert_eq!(
+            with(&kept, BucketWidth::Day, q).map(|p| p.method),
+            Ok(Method::Scan)
+        );
+        assert_eq!(
+            with(&kept, BucketWidth::Day, "COUNT 0xabc ON chain:a").map(|p| p.method),
+            Ok(Method::CountMin)
+        );
+        let big = Log {
+            from: None,
+            size: 1_001,
+        };
+        let r = with(&big, BucketWidth::Day, q).expect_err("over the budget");
+        assert_eq!(
+            r.instead,
+            "EXACT COUNT 0xabc ON chain:a OR token:t, or COUNT 0xabc ON chain:a, or COUNT 0xabc ON token:t"
+        );
+    }
+
+    #[test]
+    fn top_recounts_when_the_raw_events_allow() {
+        let kept = Log {
+            from: None,
+            size: 10,
+        };
+        let p = with(&kept, BucketWidth::Day, "TOP 5 wallets").expect("plan");
+        assert_eq!((p.method, p.recount), (Method::TopK, Some(Ok(10))));
+        let big = Log {
+            from: None,
+            size: 1_001,
+        };
+        let p = with(&big, BucketWidth::Day, "TOP 5 wallets").expect("plan");
+        assert!(matches!(p.recount, Some(Err(ref why)) if why.contains("budget")));
+    }
+
+    #[test]
+    fn exact_over_expired_raw_events_names_queries_the_planner_takes() {
+        // Raw events kept from 2025-12-02T05:30.
+        let log = Log {
+            from: Some(DAY0 + 5 * HOUR_MS + 1_800_000),
+            size: 10,
+        };
+        let r = with(
+            &log,
+            BucketWidth::Day,
+            "EXACT SEEN 0xabc ON chain:a AND chain:b FROM 2025-12-01",
+        )
+        .expect_err("expired");
+        assert_eq!(
+            r.instead,
+            "EXACT SEEN 0xabc ON chain:a AND chain:b FROM 2025-12-02T06"
+        );
+        let r = with(&log, BucketWidth::Day, "EXACT COUNT FROM yesterday").expect_err("expired");
+        assert_eq!(
+            r.instead,
+            "COUNT FROM yesterday, or EXACT COUNT FROM 2025-12-02T06"
+        );
+        let r = with(
+            &log,
+            BucketWidth::Day,
+            "EXACT DISTINCT wallets FROM LAST 3 DAYS",
+        )
+        .expect_err("expired");
+        assert_eq!(
+            r.instead,
+            "DISTINCT wallets FROM LAST 3 DAYS, or EXACT DISTINCT wallets FROM 2025-12-02T06 TO 2025-12-02"
+        );
+    }
+
+    #[test]
+    fn to_includes_its_day_so_a_range_ends_before_it_starts_only_when_empty() {
+        assert!(p("COUNT FROM 2025-12-02T05 TO 2025-12-02").is_ok());
+        assert!(p("COUNT FROM 2025-12-02T05 TO 2025-12-02T05").is_ok());
+        assert!(p("COUNT FROM 2025-12-02T05 TO 2025-12-02T04").is_err());
+        assert!(p("COUNT FROM 2025-12-02 TO 2025-12-01").is_err());
+    }
+
     #[test]
     fn ranges_resolve_against_now() {
         let now = 1_764_633_600_000 + 5 * HOUR_MS; // 2025-12-02T05
         let day0 = 1_764_633_600_000;
-        let (t, _) = resolve_range(&Range::Today, now, BucketWidth::Day);
+        let (t, _) = resolve_range(&Range::Today, now);
         assert_eq!(t, TimeRange::between(day0, day0 + DAY_MS));
-        let (t, _) = resolve_range(&Range::Yesterday, now, BucketWidth::Day);
+        let (t, _) = resolve_range(&Range::Yesterday, now);
         assert_eq!(t, TimeRange::between(day0 - DAY_MS, day0));
         let (t, _) = resolve_range(
             &Range::Last {
@@ -401,7 +1075,6 @@ mod tests {
                 unit: Unit::Days,
             },
             now,
-            BucketWidth::Day,
         );
         assert_eq!(t, TimeRange::between(day0 - 6 * DAY_MS, day0 + DAY_MS));
         let d = |day| Date {
@@ -416,8 +1089,30 @@ mod tests {
                 to: Some(d(2)),
             },
             now,
-            BucketWidth::Day,
         );
         assert_eq!(t, TimeRange::between(day0 - DAY_MS, day0 + DAY_MS));
+        // The labels say what the range is: an open end is "since".
+        let (t, label) = resolve_range(
+            &Range::Between {
+                from: d(1),
+                to: None,
+            },
+            now,
+        );
+        assert_eq!((t.end, label.as_str()), (None, "since 2025-12-01"));
+        let (t, label) = resolve_range(
+            &Range::Last {
+                n: 24,
+                unit: Unit::Hours,
+            },
+            now,
+        );
+        assert_eq!(
+            (t, label.as_str()),
+            (
+                TimeRange::between(day0 - 18 * HOUR_MS, day0 + 6 * HOUR_MS),
+                "last 24 hours, 2025-12-01T06 – 2025-12-02T05"
+            )
+        );
     }
 }

@@ -140,6 +140,7 @@ mod tests {
             method: "hll".into(),
             exact,
             buckets: 1,
+            range: None,
             notes: notes.iter().map(|s| s.to_string()).collect(),
             detail: "hll p=14".into(),
             bytes_read: 0,

@@ -583,6 +583,28 @@ impl Store {
         })
     }
 
+    /// The time from which raw events are kept, once retention has dropped older ones (`None`:
+    /// every raw event is kept).
+    pub fn raw_events_retained_from(&self) -> Result<Option<i64>> {
+        Ok(self.lock()?.log_retained_from)
+    }
+
+    /// Like [`Store::scan`], also handing `each` a way to make an owned [`Event`] of an event
+    /// (its tags resolved under the scan's lock), for callers that keep a few of many, such as
+    /// a reservoir filled by a scan.
+    pub fn scan_events(
+        &self,
+        slice: &Slice,
+        range: &TimeRange,
+        mut each: impl FnMut(&LogEvent<'_>, &dyn Fn(&LogEvent<'_>) -> Event),
+    ) -> Result<u64> {
+        range.check()?;
+        let mut st = self.lock()?;
+        self.scan_locked(&mut st, slice, range, |ev, tags| {
+            each(ev, &|e| Store::to_event(e, tags))
+        })
+    }
+
     /// Scans the raw events of the range in log order, calling `each` for the ones of `slice`.
     /// Returns the number of events decoded. Pending (unflushed) events are written to the log
     /// first, so the scan sees everything ingested. If `each` panics, no further event is
