@@ -532,3 +532,88 @@ fn demo_builds_its_store_reports_against_the_truth_and_guards_other_directories(
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `gen chains` as a user runs it: its flags reach the generator, it is deterministic, a flag
+/// of the other streams is a usage error, and its lines ingest into a store tagged by chain
+/// and contract with the counts the file holds.
+#[test]
+fn gen_chains_writes_what_its_flags_say_and_ingests_with_contract_tags() {
+    let args = [
+        "gen",
+        "chains",
+        "--days",
+        "2",
+        "--events-per-day",
+        "300",
+        "--contracts",
+        "4",
+        "--chains",
+        "2",
+        "--time-format",
+        "ms",
+        "--date",
+        "2026-11-20",
+    ];
+    let text = ok(&args);
+    assert_eq!(text, ok(&args), "deterministic");
+    assert_ne!(text, ok(&[&args[..], &["--seed", "1"]].concat()));
+    let mut contracts = HashSet::new();
+    let mut chains = HashMap::<String, u64>::new();
+    let day0 = 1_795_132_800_000i64; // 2026-11-20T00:00:00Z
+    for line in text.lines() {
+        let v: Value = serde_json::from_str(line).expect("gen writes JSON");
+        let t = v["time"].as_i64().expect("ms time");
+        assert!((day0 - 3 * 3_600_000..day0 + 2 * 86_400_000).contains(&t));
+        contracts.insert(v["contract"].as_str().expect("contract").to_string());
+        *chains
+            .entry(v["chain"].as_str().expect("chain").to_string())
+            .or_default() += 1;
+    }
+    assert_eq!(text.lines().count(), 600);
+    assert_eq!(contracts.len(), 4);
+    assert_eq!(chains.len(), 2);
+    let iso = ok(&["gen", "chains", "--events-per-day", "20000"]);
+    let mean = iso.len() as f64 / iso.lines().count() as f64;
+    assert!((350.0..=410.0).contains(&mean), "{mean}");
+
+    // Flags of the other kind of stream, and bad values, are refused with the flag named.
+    for (bad, code, says) in [
+        (&["gen", "chains", "--scale", "0.5"][..], 2, "--scale"),
+        (&["gen", "stream-a", "--days", "2"][..], 2, "--days"),
+        (
+            &["gen", "chains", "--time-format", "h"][..],
+            2,
+            "iso, ms or s",
+        ),
+        (&["gen", "chains", "--chains", "0"][..], 1, "chains must be"),
+        (&["gen", "chainz"][..], 2, "chains"),
+    ] {
+        let out = run(bad);
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{bad:?}: {}",
+            stderr_of(&out)
+        );
+        assert!(
+            stderr_of(&out).contains(says),
+            "{bad:?}: {}",
+            stderr_of(&out)
+        );
+        assert!(out.stdout.is_empty());
+    }
+
+    let dir = tempdir("gen-chains");
+    let file = dir.join("chains.jsonl");
+    std::fs::write(&file, &text).expect("write");
+    let db = dir.join("tx.db");
+    let dbs = db.to_string_lossy().into_owned();
+    ok(&["--db", &dbs, "init", "--tag", "chain", "--tag", "contract"]);
+    ok(&["--db", &dbs, "ingest", &file.to_string_lossy()]);
+    assert_eq!(num(&query_json(&db, "COUNT"), "value"), 600.0);
+    for (chain, n) in &chains {
+        let v = query_json(&db, &format!("COUNT ON chain:{chain}"));
+        assert_eq!(num(&v, "value"), *n as f64, "{chain}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

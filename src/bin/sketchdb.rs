@@ -59,12 +59,19 @@ sketchdb --db tx.db query --json --now 2026-12-01 \"SEEN 0x52908400098527886e0f7
 printf 'COUNT\\nTOP 5 wallets\\n' | sketchdb --db tx.db query --json"
     )]
     Query(QueryArgs),
-    /// Write one of the reference text's synthetic streams as JSONL to stdout
+    /// Write a synthetic stream as JSONL to stdout: the reference text's three, or `chains`
     #[command(
         after_help = "Streams:\n  stream-a    500 bots send 900,000 transactions, 100,000 wallets send one each (shuffled)\n  \
 stream-b    20,000 wallets send 50 transactions each (shuffled)\n  \
-two-chains  5,000,000 wallets on each of chain:a and chain:b, exactly 10,000 on both\n\n\
-Example:\n  sketchdb gen two-chains --seed 7 --date 2026-11-30 --scale 0.1 > two-chains.jsonl"
+two-chains  5,000,000 wallets on each of chain:a and chain:b, exactly 10,000 on both\n  \
+chains      EVM-like transactions as users have them: ~400-byte lines with hash, to, value, gas, \
+nonce, block, method and status; a daily cycle with 1% late events; bots to one-time wallets; \
+3 chains and 2,000 contracts by default (about 1,570 seen in a day of 20,000 events)\n\n\
+--scale applies to the reference streams; --days, --events-per-day, --chains, --contracts and \
+--time-format to chains.\n\n\
+Examples:\n  sketchdb gen two-chains --seed 7 --date 2026-11-30 --scale 0.1 > two-chains.jsonl\n  \
+sketchdb gen chains --days 30 --date 2026-11-01 > month.jsonl\n  \
+sketchdb gen chains --events-per-day 1000 --time-format ms | sketchdb --db tx.db ingest -"
     )]
     Gen(GenArgs),
     /// Build a demo store, ingest the reference's streams and run its cheat sheet as queries
@@ -180,16 +187,50 @@ struct QueryArgs {
 
 #[derive(Args)]
 struct GenArgs {
-    /// stream-a, stream-b or two-chains
-    stream: StreamKind,
+    /// stream-a, stream-b, two-chains or chains
+    #[arg(value_parser = parse_gen_stream)]
+    stream: GenStream,
     #[arg(long, default_value_t = 42)]
     seed: u64,
-    /// The UTC day the event times spread over
+    /// The UTC day the event times spread over (chains: the first day)
     #[arg(long, value_name = "YYYY-MM-DD", default_value = "2026-12-01")]
     date: chrono::NaiveDate,
-    /// Shrink the wallet counts proportionally (0 < scale ≤ 1)
-    #[arg(long, default_value_t = 1.0)]
-    scale: f64,
+    /// Reference streams: shrink the wallet counts proportionally (0 < scale ≤ 1) [default: 1]
+    #[arg(long, value_name = "S")]
+    scale: Option<f64>,
+    /// chains: consecutive days to write [default: 1]
+    #[arg(long, value_name = "N")]
+    days: Option<u32>,
+    /// chains: events in each day [default: 20000]
+    #[arg(long, value_name = "N")]
+    events_per_day: Option<u64>,
+    /// chains: distinct chain values [default: 3]
+    #[arg(long, value_name = "N")]
+    chains: Option<u32>,
+    /// chains: distinct contract values [default: 2000]
+    #[arg(long, value_name = "N")]
+    contracts: Option<u32>,
+    /// chains: `time` as RFC 3339 with ms, Unix milliseconds or Unix seconds [default: iso]
+    #[arg(long, value_name = "iso|ms|s")]
+    time_format: Option<gen::TimeFormat>,
+}
+
+/// The `gen` command's streams: the reference text's three and `chains`.
+#[derive(Clone, Copy)]
+enum GenStream {
+    Reference(StreamKind),
+    Chains,
+}
+
+fn parse_gen_stream(s: &str) -> Result<GenStream, String> {
+    if s == "chains" {
+        return Ok(GenStream::Chains);
+    }
+    s.parse::<StreamKind>()
+        .map(GenStream::Reference)
+        .map_err(|_| {
+            format!("unknown stream '{s}': expected one of stream-a, stream-b, two-chains, chains")
+        })
 }
 
 #[derive(Args)]
@@ -668,22 +709,70 @@ fn ignore_closed_pipe(r: Result<(), String>) -> Outcome {
     }
 }
 
+/// Exits with clap's usage error (code 2) for a flag the chosen stream does not take.
+fn gen_usage(flag: &str, stream: &str, takes: &str) -> ! {
+    use clap::CommandFactory;
+    Cli::command()
+        .error(
+            clap::error::ErrorKind::ArgumentConflict,
+            format!("--{flag} does not apply to {stream}; {takes}"),
+        )
+        .exit()
+}
+
 fn gen_cmd(a: GenArgs) -> Outcome {
-    let options = GenOptions {
-        seed: a.seed,
-        date: a.date,
-        scale: a.scale,
-    };
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    let written = gen::write_jsonl(a.stream, &options, &mut out)
-        .map(|_| ())
-        .and_then(|()| {
-            out.flush().map_err(|source| gen::GenError::Io {
-                what: "stdout".into(),
-                source,
-            })
-        });
+    let written = match a.stream {
+        GenStream::Reference(kind) => {
+            let chain_flags = [
+                ("days", a.days.is_some()),
+                ("events-per-day", a.events_per_day.is_some()),
+                ("chains", a.chains.is_some()),
+                ("contracts", a.contracts.is_some()),
+                ("time-format", a.time_format.is_some()),
+            ];
+            if let Some((flag, _)) = chain_flags.iter().find(|(_, given)| *given) {
+                gen_usage(
+                    flag,
+                    kind.name(),
+                    "it takes --seed, --date and --scale (the others are for chains)",
+                );
+            }
+            let options = GenOptions {
+                seed: a.seed,
+                date: a.date,
+                scale: a.scale.unwrap_or(1.0),
+            };
+            gen::write_jsonl(kind, &options, &mut out)
+        }
+        GenStream::Chains => {
+            if a.scale.is_some() {
+                gen_usage(
+                    "scale",
+                    "chains",
+                    "size it with --days and --events-per-day",
+                );
+            }
+            let d = gen::ChainsOptions::default();
+            let options = gen::ChainsOptions {
+                seed: a.seed,
+                date: a.date,
+                days: a.days.unwrap_or(d.days),
+                events_per_day: a.events_per_day.unwrap_or(d.events_per_day),
+                chains: a.chains.unwrap_or(d.chains),
+                contracts: a.contracts.unwrap_or(d.contracts),
+                time_format: a.time_format.unwrap_or(d.time_format),
+            };
+            gen::write_chains_jsonl(&options, &mut out)
+        }
+    };
+    let written = written.map(|_| ()).and_then(|()| {
+        out.flush().map_err(|source| gen::GenError::Io {
+            what: "stdout".into(),
+            source,
+        })
+    });
     match written {
         Err(gen::GenError::Io { source, .. })
             if source.kind() == std::io::ErrorKind::BrokenPipe =>

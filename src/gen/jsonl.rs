@@ -58,7 +58,7 @@ fn push_digits(buf: &mut Vec<u8>, n: i64, width: u32) {
 
 /// `time` in RFC 3339 UTC with milliseconds, e.g. `2026-12-01T00:00:00.086Z`. `date` is the
 /// `YYYY-MM-DD` of the day starting at `day_start`; times outside it take chrono's slow path.
-fn push_time(buf: &mut Vec<u8>, time: i64, day_start: i64, date: &[u8]) {
+pub(super) fn push_time(buf: &mut Vec<u8>, time: i64, day_start: i64, date: &[u8]) {
     let ms = time - day_start;
     if (0..DAY_MS).contains(&ms) {
         buf.extend_from_slice(date);

@@ -1,6 +1,8 @@
-//! Deterministic synthetic data: wallet addresses for tests and benchmarks, and the three
+//! Deterministic synthetic data: wallet addresses for tests and benchmarks, the three
 //! streams of the reference text (`stream-a`, `stream-b`, `two-chains`) that the `gen` command
-//! writes as JSONL and the demo ingests.
+//! writes as JSONL and the demo ingests, and the `chains` stream shaped like users' data
+//! (about 380-byte lines, several chains and days, a high-cardinality `contract` field) that
+//! the footprint bench measures the store with.
 //!
 //! This module owns synthetic, reproducible data and nothing else: the same inputs (stream,
 //! seed, date, scale) give byte-identical output on every machine, because every random choice
@@ -10,10 +12,16 @@
 //!
 //! - [`streams`]: the stream kinds, options, the event iterator and the ground truth.
 //! - [`jsonl`]: the JSONL writer and the conversion to [`crate::store::Event`].
+//! - [`chains`]: the `chains` stream, its options and its JSONL writer.
 
+pub mod chains;
 pub mod jsonl;
 pub mod streams;
 
+pub use chains::{
+    chain_events, chain_name, write_chains_jsonl, ChainEvent, ChainEvents, ChainsOptions, Sender,
+    TimeFormat,
+};
 pub use jsonl::{to_store_event, write_jsonl};
 pub use streams::{
     events, truth, ChainTruth, Events, GenEvent, GenOptions, StreamKind, Truth, Wallet,
@@ -31,6 +39,13 @@ pub enum GenError {
     /// A stream name that is not one of the three.
     #[error("unknown stream '{0}': expected one of stream-a, stream-b, two-chains")]
     UnknownStream(String),
+    /// An option of the `chains` stream out of range (or a time format not known).
+    #[error("{name} must be {expected}, got {value}")]
+    BadOption {
+        name: &'static str,
+        expected: &'static str,
+        value: String,
+    },
     /// Writing the output failed; `what` says which step.
     #[error("{what}: {source}")]
     Io {
