@@ -972,6 +972,7 @@ mod tests {
                 ("contract".into(), "contract".into()),
             ],
             unit: TimeUnit::Auto,
+            zone: Default::default(),
         };
         for format in [TimeFormat::Iso, TimeFormat::Millis, TimeFormat::Seconds] {
             let o = ChainsOptions {
