@@ -765,7 +765,10 @@ mod tests {
             let t = n / m;
             if t < 0.5 {
                 let lc = (m * (t.exp() - t - 1.0)).sqrt() / n;
-                assert!(rse <= lc * 1.001 && rse >= 0.97 * lc, "n={n}: {rse} vs {lc}");
+                assert!(
+                    rse <= lc * 1.001 && rse >= 0.97 * lc,
+                    "n={n}: {rse} vs {lc}"
+                );
             }
         }
         assert_eq!(h.relative_standard_error_at(0.0), 0.0);

@@ -213,9 +213,9 @@ pub(crate) mod test_support {
     //! Helpers shared by the families' tests.
     use super::Sketch;
 
-    pub use crate::gen::{splitmix64 as splitmix, wallet_address as wallet};
     use super::bounds::{chi_square_quantile, Z95};
     use super::Estimate;
+    pub use crate::gen::{splitmix64 as splitmix, wallet_address as wallet};
 
     /// How a batch of 95% intervals did against the truths they were built for.
     #[derive(Debug)]

@@ -384,7 +384,10 @@ mod tests {
         // than exact.
         let rse = whole.hll.relative_standard_error_at(1_000.0);
         let hll = whole.hll.estimate().value;
-        assert!((hll - 1_000.0).abs() < 4.0 * 1_000.0 * rse, "{hll} (RSE {rse})");
+        assert!(
+            (hll - 1_000.0).abs() < 4.0 * 1_000.0 * rse,
+            "{hll} (RSE {rse})"
+        );
         assert_eq!(whole.theta.estimate(), Estimate::exact(1_000.0));
         assert!(whole
             .bloom
