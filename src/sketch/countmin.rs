@@ -190,7 +190,9 @@ impl CountMin {
 
     #[inline]
     fn for_each_column(&self, sha: &ShaWords, mut f: impl FnMut(usize, u64)) {
-        let d = self.depth as usize;
+        // `validate` and `new` keep depth within MAX_DEPTH; the `min` keeps `cells`' fixed
+        // buffer safe even if that ever changed.
+        let d = self.depth.min(MAX_DEPTH) as usize;
         if d <= ShaWords::WORDS {
             // The default depth (5) and every depth up to 8: one digest, no copy.
             for (row, &word) in sha.words[..d].iter().enumerate() {
@@ -213,7 +215,7 @@ impl CountMin {
     fn cells(&self, sha: &ShaWords, out: &mut [usize; MAX_DEPTH as usize]) -> usize {
         let width = self.width.get() as usize;
         self.for_each_column(sha, |row, col| out[row] = row * width + col as usize);
-        self.depth as usize
+        self.depth.min(MAX_DEPTH) as usize
     }
 
     /// Adds `count` occurrences; returns the item's estimate afterwards. Does not touch the heap.
