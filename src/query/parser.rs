@@ -1155,9 +1155,13 @@ mod tests {
             prop_assert_eq!(back, Ok(st), "{}", text);
         }
 
+        /// Not only no panic: an error points at a character of the input (or its end), so the
+        /// caret a user sees lands on it.
         #[test]
         fn random_input_never_panics(s in "\\PC{0,60}") {
-            let _ = parse(&s);
+            if let Err(e) = parse(&s) {
+                prop_assert!(e.offset <= s.len() && s.is_char_boundary(e.offset), "{e:?}");
+            }
         }
 
         #[test]
@@ -1166,9 +1170,14 @@ mod tests {
             let at = at % (text.len() + 1);
             let at = (0..=at).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
             text.insert(at, c);
-            let _ = parse(&text);
-            text.truncate(at);
-            let _ = parse(&text);
+            for text in [text.clone(), text[..at].to_string()] {
+                if let Err(e) = parse(&text) {
+                    prop_assert!(
+                        e.offset <= text.len() && text.is_char_boundary(e.offset),
+                        "{e:?}"
+                    );
+                }
+            }
         }
     }
 }
