@@ -66,7 +66,7 @@ impl Default for DemoOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum DemoError {
     #[error(
-        "{} exists and is not a demo store; the demo only replaces stores it made (remove it, or pass another --db)",
+        "{} exists and is not a demo store; the demo only replaces stores it made (remove it, or give the demo another directory)",
         path.display()
     )]
     NotADemoStore { path: PathBuf },
@@ -161,6 +161,8 @@ pub fn run(
     ];
     prepare_dir(path)?;
     let store = Store::create(path, Config::default())?;
+    // The reservoirs too, so that the whole report (its samples included) follows from the seed.
+    store.seed_samples(opts.seed)?;
     std::fs::write(
         path.join(MARKER),
         "made by `sketchdb demo`; the next demo run replaces this store\n",
