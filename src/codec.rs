@@ -9,16 +9,19 @@
 //! magic "SKDB" | format version u16 LE | kind u8 | payload length u32 LE | payload | CRC-32 u32 LE
 //! ```
 //!
-//! The CRC covers everything before it. This module knows nothing of what it encodes beyond the
-//! one-byte kind tag the caller supplies; checking that a decoded value is internally consistent is
-//! the caller's job (see `Sketch::validate`).
+//! The CRC covers everything before it. The format version is the layout version of that kind's
+//! payload: [`FORMAT_VERSION`] unless the kind's owner bumped it ([`encode_versioned`]), so a
+//! blob written under an older layout is refused by name instead of decoded into wrong numbers.
+//! This module knows nothing of what it encodes beyond the one-byte kind tag and the version the
+//! caller supplies; checking that a decoded value is internally consistent is the caller's job
+//! (see `Sketch::validate`).
 
 use bincode::Options;
 use serde::{de::DeserializeOwned, Serialize};
 
 /// Identifies a sketchdb blob.
 pub const MAGIC: [u8; 4] = *b"SKDB";
-/// The blob format this build writes and the only one it reads.
+/// The payload version of every kind whose owner has not bumped it.
 pub const FORMAT_VERSION: u16 = 1;
 
 const HEADER_LEN: usize = 4 + 2 + 1 + 4;
@@ -54,12 +57,21 @@ fn options() -> impl Options {
         .reject_trailing_bytes()
 }
 
-/// Frames `value` as a blob of the given kind.
+/// Frames `value` as a blob of the given kind, at [`FORMAT_VERSION`].
 pub fn encode<T: Serialize>(kind: u8, value: &T) -> Result<Vec<u8>, CodecError> {
+    encode_versioned(kind, FORMAT_VERSION, value)
+}
+
+/// Frames `value` as a blob of the given kind whose payload layout is at `version`.
+pub fn encode_versioned<T: Serialize>(
+    kind: u8,
+    version: u16,
+    value: &T,
+) -> Result<Vec<u8>, CodecError> {
     let payload = options()
         .serialize(value)
         .map_err(|e| CodecError::Serialize(e.to_string()))?;
-    frame(kind, &payload)
+    frame_versioned(kind, version, &[&payload])
 }
 
 /// Frames bytes the caller encoded itself (the event log's columnar blocks), with the same
@@ -70,12 +82,16 @@ pub fn frame(kind: u8, payload: &[u8]) -> Result<Vec<u8>, CodecError> {
 
 /// [`frame`] of the concatenation of `parts`, without building the concatenation first.
 pub fn frame_parts(kind: u8, parts: &[&[u8]]) -> Result<Vec<u8>, CodecError> {
+    frame_versioned(kind, FORMAT_VERSION, parts)
+}
+
+fn frame_versioned(kind: u8, version: u16, parts: &[&[u8]]) -> Result<Vec<u8>, CodecError> {
     let len: usize = parts.iter().map(|p| p.len()).sum();
     let payload_len =
         u32::try_from(len).map_err(|_| CodecError::Serialize("payload over 4 GiB".into()))?;
     let mut out = Vec::with_capacity(HEADER_LEN + len + TRAILER_LEN);
     out.extend_from_slice(&MAGIC);
-    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&version.to_le_bytes());
     out.push(kind);
     out.extend_from_slice(&payload_len.to_le_bytes());
     for p in parts {
@@ -86,9 +102,20 @@ pub fn frame_parts(kind: u8, parts: &[&[u8]]) -> Result<Vec<u8>, CodecError> {
     Ok(out)
 }
 
-/// Reads a blob of the given kind; any damage, truncation or foreign data is an error.
+/// Reads a blob of the given kind at [`FORMAT_VERSION`]; any damage, truncation or foreign data
+/// is an error.
 pub fn decode<T: DeserializeOwned>(kind: u8, bytes: &[u8]) -> Result<T, CodecError> {
-    let payload = unframe(kind, bytes)?;
+    decode_versioned(kind, FORMAT_VERSION, bytes)
+}
+
+/// Reads a blob of the given kind written by [`encode_versioned`] at `version`; a blob of another
+/// version is [`CodecError::UnsupportedVersion`], never decoded under the wrong layout.
+pub fn decode_versioned<T: DeserializeOwned>(
+    kind: u8,
+    version: u16,
+    bytes: &[u8],
+) -> Result<T, CodecError> {
+    let payload = unframe_versioned(kind, version, bytes)?;
     // The limit stops a corrupt length prefix inside the payload from asking for a huge allocation.
     options()
         .with_limit(payload.len() as u64)
@@ -98,6 +125,10 @@ pub fn decode<T: DeserializeOwned>(kind: u8, bytes: &[u8]) -> Result<T, CodecErr
 
 /// Checks a frame written by [`frame`] or [`encode`] and returns its payload.
 pub fn unframe(kind: u8, bytes: &[u8]) -> Result<&[u8], CodecError> {
+    unframe_versioned(kind, FORMAT_VERSION, bytes)
+}
+
+fn unframe_versioned(kind: u8, supported: u16, bytes: &[u8]) -> Result<&[u8], CodecError> {
     let min = HEADER_LEN + TRAILER_LEN;
     if bytes.len() < min {
         return Err(CodecError::Truncated {
@@ -115,17 +146,19 @@ pub fn unframe(kind: u8, bytes: &[u8]) -> Result<&[u8], CodecError> {
     if stored != computed {
         return Err(CodecError::Checksum { stored, computed });
     }
-    let version = u16::from_le_bytes([bytes[4], bytes[5]]);
-    if version != FORMAT_VERSION {
-        return Err(CodecError::UnsupportedVersion {
-            found: version,
-            supported: FORMAT_VERSION,
-        });
-    }
+    // Kind before version: each kind has its own version, so a blob of another kind is named as
+    // such rather than as an unsupported version of this one.
     if bytes[6] != kind {
         return Err(CodecError::KindMismatch {
             expected: kind,
             found: bytes[6],
+        });
+    }
+    let version = u16::from_le_bytes([bytes[4], bytes[5]]);
+    if version != supported {
+        return Err(CodecError::UnsupportedVersion {
+            found: version,
+            supported,
         });
     }
     let declared = u32::from_le_bytes([bytes[7], bytes[8], bytes[9], bytes[10]]) as usize;
@@ -208,6 +241,38 @@ mod tests {
             Err(CodecError::UnsupportedVersion {
                 found: 9,
                 supported: 1
+            })
+        );
+    }
+
+    #[test]
+    fn a_kind_is_read_only_at_its_own_version() {
+        let v2 = encode_versioned(3, 2, &sample()).expect("encode");
+        assert_eq!(
+            decode_versioned::<Sample>(3, 2, &v2).expect("decode"),
+            sample()
+        );
+        let v1 = encode(3, &sample()).expect("encode");
+        assert_eq!(
+            decode_versioned::<Sample>(3, 2, &v1),
+            Err(CodecError::UnsupportedVersion {
+                found: 1,
+                supported: 2
+            })
+        );
+        assert_eq!(
+            decode::<Sample>(3, &v2),
+            Err(CodecError::UnsupportedVersion {
+                found: 2,
+                supported: 1
+            })
+        );
+        // Another kind is named as such, whatever its version.
+        assert_eq!(
+            decode_versioned::<Sample>(4, 2, &v1),
+            Err(CodecError::KindMismatch {
+                expected: 4,
+                found: 3
             })
         );
     }

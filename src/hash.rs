@@ -3,13 +3,18 @@
 //! This module owns every hash the sketches use, so that an item's bytes are hashed exactly once
 //! however many sketch sets it feeds (the store updates the whole-stream set and one set per tag
 //! value from the same [`Item`]). It must not know about any sketch's layout: it hands out raw hash
-//! words and the reference's double-hashing rule, and each sketch reduces them to its own size.
+//! words, the reference's double-hashing rule and a plain reduction, and each sketch reduces them
+//! to its own size.
 //!
 //! Two hash families are used, each for a reason:
-//! - **SHA-256** drives the Bloom filter and the Count-Min sketch, exactly as the reference text
-//!   does: `h1 = first 4 bytes big-endian mod size`, `h2 = 1 + next 4 bytes big-endian mod
-//!   (size - 1)`, position `i = (h1 + i * h2) mod size`, with the size a prime so every step is
-//!   coprime to it and an item's positions are distinct.
+//! - **SHA-256** drives the Bloom filter and the Count-Min sketch. [`ShaWords`] keeps the whole
+//!   digest as eight big-endian 32-bit words.
+//!   - The Bloom filter uses the reference's double hashing: `h1 = word 0 mod size`,
+//!     `h2 = 1 + word 1 mod (size - 1)`, position `i = (h1 + i * h2) mod size`, with the size a
+//!     prime so every step is coprime to it and an item's positions are distinct.
+//!   - Count-Min row `i` uses word `i` on its own ([`TableSize::reduce`]); rows past the eighth
+//!     take their words from SHA-256 of the previous eight ([`ShaWords::rehash`]). Double hashing
+//!     would tie the rows together: two items with the same `(h1, h2)` meet in every row.
 //! - **MurmurHash3_x64_128 with seed 9001** drives HyperLogLog and Theta, read the way Apache
 //!   DataSketches reads it, so registers and retained hashes line up with DataSketches-based
 //!   engines (Druid, Spark, Pinot).
@@ -22,22 +27,53 @@ pub const MURMUR_SEED: u32 = 9001;
 /// The largest table the reference's 32-bit double hashing can address.
 pub const MAX_DOUBLE_HASH_SIZE: u64 = 1 << 32;
 
-/// The two 32-bit words of SHA-256(item) that the reference's double hashing starts from: bytes
-/// 0..4 and 4..8 of the digest, big-endian.
+/// SHA-256(item) as its eight 32-bit words, each read big-endian (word `i` is digest bytes
+/// `4i..4i+4`). Words 0 and 1 are the two the reference's double hashing starts from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct ShaWords {
-    pub a: u32,
-    pub b: u32,
+    pub words: [u32; ShaWords::WORDS],
 }
 
 impl ShaWords {
-    /// SHA-256 of the item, reduced to the two words double hashing needs.
+    /// Words in one SHA-256 digest.
+    pub const WORDS: usize = 8;
+
+    /// SHA-256 of the item.
     pub fn of(bytes: &[u8]) -> Self {
-        let digest = Sha256::digest(bytes);
-        ShaWords {
-            a: u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]),
-            b: u32::from_be_bytes([digest[4], digest[5], digest[6], digest[7]]),
+        Self::from_digest(&Sha256::digest(bytes).into())
+    }
+
+    fn from_digest(digest: &[u8; 32]) -> Self {
+        let mut words = [0u32; Self::WORDS];
+        for (w, chunk) in words.iter_mut().zip(digest.chunks_exact(4)) {
+            *w = u32::from_be_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
         }
+        ShaWords { words }
+    }
+
+    /// Double hashing's first word (digest bytes 0..4).
+    #[inline]
+    pub fn a(&self) -> u32 {
+        self.words[0]
+    }
+
+    /// Double hashing's second word (digest bytes 4..8).
+    #[inline]
+    pub fn b(&self) -> u32 {
+        self.words[1]
+    }
+
+    /// The next eight words, for a sketch that needs more than one digest's worth: SHA-256 of this
+    /// digest's 32 bytes. SHA-256 of distinct inputs behaves as independent uniform outputs (the
+    /// random-oracle model the first digest already relies on), and distinct items have distinct
+    /// first digests short of a SHA-256 collision, so the chained words are as independent of each
+    /// other and of the first eight as those are of each other.
+    pub fn rehash(&self) -> Self {
+        let mut bytes = [0u8; 32];
+        for (chunk, w) in bytes.chunks_exact_mut(4).zip(&self.words) {
+            chunk.copy_from_slice(&w.to_be_bytes());
+        }
+        Self::from_digest(&Sha256::digest(bytes).into())
     }
 }
 
@@ -102,13 +138,22 @@ impl TableSize {
     /// `h1 = a mod size` and `h2 = 1 + b mod (size - 1)`; take as many as needed.
     #[inline]
     pub fn positions(&self, sha: &ShaWords) -> DoubleHash {
-        let h1 = fastmod(sha.a, self.size_magic, self.size);
-        let h2 = 1 + fastmod(sha.b, self.step_magic, self.size - 1);
+        let h1 = fastmod(sha.a(), self.size_magic, self.size);
+        let h2 = 1 + fastmod(sha.b(), self.step_magic, self.size - 1);
         DoubleHash {
             next: h1,
             step: h2,
             size: self.size,
         }
+    }
+
+    /// `word mod size`: one hash word reduced to a slot on its own, as each Count-Min row does.
+    /// When `size` does not divide 2^32, the first `2^32 mod size` slots have one preimage more
+    /// than the others, so a slot's probability lies within `[1/size - 2^-32, 1/size + 2^-32]`
+    /// (a relative bias of at most `size / 2^32`).
+    #[inline]
+    pub fn reduce(&self, word: u32) -> u64 {
+        fastmod(word, self.size_magic, self.size)
     }
 }
 
@@ -214,17 +259,38 @@ mod tests {
     }
 
     #[test]
-    fn sha_words_are_the_first_eight_digest_bytes_big_endian() {
-        // SHA-256("abc") = ba7816bf 8f01cfea ...
+    fn sha_words_are_the_digest_big_endian_and_rehash_chains_sha256() {
+        // SHA-256("abc") (FIPS 180-2, appendix B.1).
         let h = ItemHashes::of(b"abc");
         assert_eq!(
-            h.sha,
-            ShaWords {
-                a: 0xba78_16bf,
-                b: 0x8f01_cfea
-            }
+            h.sha.words,
+            [
+                0xba78_16bf,
+                0x8f01_cfea,
+                0x4141_40de,
+                0x5dae_2223,
+                0xb003_61a3,
+                0x9617_7a9c,
+                0xb410_ff61,
+                0xf200_15ad
+            ]
         );
+        assert_eq!((h.sha.a(), h.sha.b()), (0xba78_16bf, 0x8f01_cfea));
         assert_eq!(h.murmur, murmur(b"abc"));
+        // SHA-256 of those 32 bytes, computed independently (Python hashlib).
+        assert_eq!(
+            h.sha.rehash().words,
+            [
+                0x4f8b_42c2,
+                0x2dd3_729b,
+                0x519b_a6f6,
+                0x8d2d_a7cc,
+                0x5b2d_606d,
+                0x05da_ed5a,
+                0xd512_8cc0,
+                0x3e6c_6358
+            ]
+        );
     }
 
     #[test]
@@ -240,8 +306,8 @@ mod tests {
     fn positions_follow_h1_plus_i_h2_mod_size() {
         let h = ShaWords::of(b"wallet-7");
         let size = 9_585_061u64;
-        let h1 = u64::from(h.a) % size;
-        let h2 = 1 + u64::from(h.b) % (size - 1);
+        let h1 = u64::from(h.a()) % size;
+        let h2 = 1 + u64::from(h.b()) % (size - 1);
         let table = TableSize::new(size).expect("size");
         let got: Vec<u64> = table.positions(&h).take(7).collect();
         let want: Vec<u64> = (0..7).map(|i| (h1 + i * h2) % size).collect();
@@ -279,8 +345,10 @@ mod tests {
                 u32::MAX - 1,
                 (d.min(u64::from(u32::MAX))) as u32,
             ];
+            let table = TableSize::new(d).expect("size");
             for a in edge {
                 assert_eq!(fastmod(a, m, d), u64::from(a) % d, "{a} mod {d}");
+                assert_eq!(table.reduce(a), u64::from(a) % d, "reduce {a} mod {d}");
             }
             for _ in 0..100_000 {
                 x = crate::gen::splitmix64(x);
@@ -294,8 +362,7 @@ mod tests {
     #[test]
     fn positions_work_at_the_largest_addressable_size() {
         let h = ShaWords {
-            a: u32::MAX,
-            b: u32::MAX,
+            words: [u32::MAX; ShaWords::WORDS],
         };
         let size = MAX_DOUBLE_HASH_SIZE;
         let got: Vec<u64> = TableSize::new(size)

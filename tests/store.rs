@@ -192,6 +192,59 @@ fn opening_errors_name_the_path_and_never_create_an_empty_store() {
     assert!(Store::create(tempdir(), bad).is_err());
 }
 
+/// A store written before Count-Min rows were hashed independently (format 1) holds tables whose
+/// columns this build would misread; opening it must fail, naming both versions, and change
+/// nothing. The store is built by this build with its format record set back to 1, which is
+/// exactly what a version-1 build wrote there.
+#[test]
+fn a_format_1_store_is_refused_by_name_not_misread() {
+    let dir = tempdir();
+    {
+        let store = Store::create(&dir, small_config()).expect("create");
+        store.ingest_batch(&events()[..100]).expect("ingest");
+        store.flush().expect("flush");
+    }
+    let raw = || {
+        sled::Config::new()
+            .path(&dir)
+            .segment_size(sketchdb::store::SEGMENT_BYTES)
+            .open()
+            .expect("raw")
+    };
+    let old = sketchdb::codec::encode(sketchdb::store::META_KIND, &1u32).expect("encode");
+    {
+        let db = raw();
+        db.insert(keys::meta("format"), old.clone())
+            .expect("insert");
+        db.flush().expect("flush");
+    }
+    let err = Store::open(&dir).err().expect("version 1 refused");
+    assert!(
+        matches!(
+            err,
+            StoreError::UnsupportedVersion {
+                found: 1,
+                supported: 2,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let msg = err.to_string();
+    assert!(
+        msg.contains("version 1")
+            && msg.contains("version 2")
+            && msg.contains(&dir.display().to_string()),
+        "{msg}"
+    );
+    let db = raw();
+    assert_eq!(
+        db.get(keys::meta("format")).expect("get").as_deref(),
+        Some(old.as_slice()),
+        "the refused store is left as it was"
+    );
+}
+
 #[test]
 fn a_bad_event_rejects_the_whole_batch() {
     let dir = tempdir();

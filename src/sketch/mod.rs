@@ -167,6 +167,11 @@ pub trait Sketch: Serialize + DeserializeOwned + Sized {
     /// The family tag written into encoded blobs.
     const KIND: SketchKind;
 
+    /// The layout version of this family's blobs, written into each and required on reading.
+    /// A family bumps it when its payload or its hashing changes meaning, so an older blob is
+    /// refused by name rather than read as wrong numbers.
+    const VERSION: u16 = codec::FORMAT_VERSION;
+
     /// Folds `other` into `self`, as if `self` had also seen everything `other` saw. Fails, leaving
     /// `self` unchanged, when the two were sized differently.
     fn merge(&mut self, other: &Self) -> Result<(), SketchError>;
@@ -183,17 +188,19 @@ pub trait Sketch: Serialize + DeserializeOwned + Sized {
 
     /// The sketch as a versioned, checksummed blob.
     fn encode(&self) -> Result<Vec<u8>, SketchError> {
-        codec::encode(Self::KIND as u8, self).map_err(|source| SketchError::Codec {
-            kind: Self::KIND,
-            source,
+        codec::encode_versioned(Self::KIND as u8, Self::VERSION, self).map_err(|source| {
+            SketchError::Codec {
+                kind: Self::KIND,
+                source,
+            }
         })
     }
 
     /// Reads a blob written by [`Sketch::encode`]; damaged, truncated or foreign bytes are an
     /// error, never a panic or a wrong sketch.
     fn decode(bytes: &[u8]) -> Result<Self, SketchError> {
-        let sketch: Self =
-            codec::decode(Self::KIND as u8, bytes).map_err(|source| SketchError::Codec {
+        let sketch: Self = codec::decode_versioned(Self::KIND as u8, Self::VERSION, bytes)
+            .map_err(|source| SketchError::Codec {
                 kind: Self::KIND,
                 source,
             })?;

@@ -210,6 +210,8 @@ impl<E> SketchSet<E> {
 
 impl<E: Serialize + DeserializeOwned + Clone> Sketch for SketchSet<E> {
     const KIND: SketchKind = SketchKind::SketchSet;
+    /// 2: the Count-Min inside changed layout and hashing (see `CountMin::VERSION`).
+    const VERSION: u16 = 2;
 
     /// Merges family by family; checks every shape first so a failure leaves `self` unchanged.
     fn merge(&mut self, other: &Self) -> Result<(), SketchError> {
