@@ -497,6 +497,18 @@ fn demo_builds_its_store_reports_against_the_truth_and_guards_other_directories(
         report.contains("sketchdb's 22 answers") || report.contains("All 22 of sketchdb's answers"),
         "{report}"
     );
+    // A list cut short says "more rows" only after rows it shows.
+    let lines: Vec<&str> = report.lines().collect();
+    for (i, line) in lines.iter().enumerate() {
+        if line.contains(" more rows") {
+            assert!(
+                lines[i - 1].trim_start().starts_with('{'),
+                "'{line}' after no row:\n{}",
+                lines[i - 1]
+            );
+        }
+    }
+    assert!(report.contains("rows not shown)"), "{report}");
 
     // The store stays and answers queries; a second run replaces it in place.
     let count = query_json(&db, "COUNT FROM ALL");

@@ -454,7 +454,19 @@ impl Demo<'_> {
         }
         if hidden > 0 {
             let at = 1 + shown;
-            lines.insert(at.min(lines.len()), format!("  … {hidden} more rows"));
+            // "more" only after rows that are shown.
+            let text = if shown > 0 {
+                format!(
+                    "  … {} more rows",
+                    crate::query::answer::thousands(hidden as f64)
+                )
+            } else {
+                format!(
+                    "  ({} rows not shown)",
+                    crate::query::answer::thousands(hidden as f64)
+                )
+            };
+            lines.insert(at.min(lines.len()), text);
         }
         for line in &lines {
             self.say(format!("    {line}"))?;
