@@ -78,6 +78,8 @@ pub struct Store {
     /// The [`thread_token`] of the thread inside [`Store::import`], 0 if none: a call from that
     /// thread would wait for itself forever, so it is refused instead.
     importer: AtomicU64,
+    /// Set by [`Store::seed_samples`]: reservoirs then draw from generators seeded from it.
+    sample_seed: std::sync::OnceLock<u64>,
 }
 
 fn engine(path: &Path) -> impl Fn(sled::Error) -> StoreError + '_ {

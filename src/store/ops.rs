@@ -597,11 +597,24 @@ impl Store {
         &self,
         slice: &Slice,
         range: &TimeRange,
-        mut each: impl FnMut(&LogEvent<'_>, &dyn Fn(&LogEvent<'_>) -> Event),
+        each: impl FnMut(&LogEvent<'_>, &dyn Fn(&LogEvent<'_>) -> Event),
     ) -> Result<u64> {
+        Ok(self
+            .scan_events_until(slice, range, &|| false, each)?
+            .unwrap_or(0))
+    }
+
+    /// [`Store::scan_events`] that can stop early: see [`Store::scan_until`].
+    pub fn scan_events_until(
+        &self,
+        slice: &Slice,
+        range: &TimeRange,
+        stop: &dyn Fn() -> bool,
+        mut each: impl FnMut(&LogEvent<'_>, &dyn Fn(&LogEvent<'_>) -> Event),
+    ) -> Result<Option<u64>> {
         range.check()?;
         let mut st = self.lock()?;
-        self.scan_locked(&mut st, slice, range, |ev, tags| {
+        self.scan_locked(&mut st, slice, range, stop, |ev, tags| {
             each(ev, &|e| Store::to_event(e, tags))
         })
     }
@@ -614,12 +627,26 @@ impl Store {
         &self,
         slice: &Slice,
         range: &TimeRange,
-        mut each: impl FnMut(&LogEvent<'_>),
+        each: impl FnMut(&LogEvent<'_>),
     ) -> Result<u64> {
+        Ok(self.scan_until(slice, range, &|| false, each)?.unwrap_or(0))
+    }
+
+    /// [`Store::scan`] that can stop early: `stop` is asked before each log block (at most
+    /// [`log::BLOCK_EVENTS`] events), and once it answers true the scan ends there and returns
+    /// `Ok(None)` (`each` has then seen only part of the range). This is how a query is
+    /// cancelled within a fraction of a second however many events the range holds.
+    pub fn scan_until(
+        &self,
+        slice: &Slice,
+        range: &TimeRange,
+        stop: &dyn Fn() -> bool,
+        mut each: impl FnMut(&LogEvent<'_>),
+    ) -> Result<Option<u64>> {
         range.check()?;
         let mut st = self.lock()?;
         let mut panicked = None;
-        let scanned = self.scan_locked(&mut st, slice, range, |ev, _| {
+        let scanned = self.scan_locked(&mut st, slice, range, stop, |ev, _| {
             if panicked.is_none() {
                 // `each` is the caller's code: a panic in it must not poison the store's lock
                 // (nothing of the state is being changed while it runs).
@@ -634,17 +661,22 @@ impl Store {
         scanned
     }
 
+    /// Scans under the lock; `Ok(None)` when `stop` ended it early.
     fn scan_locked(
         &self,
         st: &mut State,
         slice: &Slice,
         range: &TimeRange,
+        stop: &dyn Fn() -> bool,
         mut each: impl FnMut(&LogEvent<'_>, &super::state::TagDict),
-    ) -> Result<u64> {
+    ) -> Result<Option<u64>> {
         let tag = self.tag_id(st, slice)?;
         self.write_pending(st)?;
         let mut decoded = 0u64;
         for entry in self.db.scan_prefix([keys::INDEX]) {
+            if stop() {
+                return Ok(None);
+            }
             let (k, v) = entry.map_err(|source| StoreError::Engine {
                 path: self.path.clone(),
                 source,
@@ -682,7 +714,7 @@ impl Store {
                 detail,
             })?;
         }
-        Ok(decoded)
+        Ok(Some(decoded))
     }
 
     /// Scans and decodes events into owned [`Event`]s (tags resolved through the dictionary,
@@ -691,7 +723,7 @@ impl Store {
         range.check()?;
         let mut st = self.lock()?;
         let mut out = Vec::new();
-        self.scan_locked(&mut st, slice, range, |ev, tags| {
+        self.scan_locked(&mut st, slice, range, &|| false, |ev, tags| {
             out.push(Store::to_event(ev, tags))
         })?;
         Ok(out)

@@ -130,6 +130,7 @@ impl Store {
             config,
             state: Mutex::new(state),
             importer: AtomicU64::new(0),
+            sample_seed: std::sync::OnceLock::new(),
         };
         store.replay()?;
         Ok(store)
