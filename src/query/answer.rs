@@ -108,6 +108,14 @@ impl PartialEq for Row {
     }
 }
 
+/// Compares the row's `serde_json::Value` view, so tests and callers can write
+/// `row == json!(...)`.
+impl PartialEq<serde_json::Value> for Row {
+    fn eq(&self, other: &serde_json::Value) -> bool {
+        &self.value == other
+    }
+}
+
 impl Serialize for Row {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         self.text.serialize(s)
