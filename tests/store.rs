@@ -4,7 +4,10 @@
 use rand::{rngs::StdRng, SeedableRng};
 use sketchdb::gen::wallet_address;
 use sketchdb::sketch::{Sketch, SketchConfig};
-use sketchdb::store::{keys, BucketWidth, Config, Event, Slice, Store, StoreError, TimeRange};
+use sketchdb::store::{
+    keys, BucketWidth, Config, Engine, Event, SledEngine, Slice, Store, StoreError, TimeRange,
+    WriteBatch,
+};
 use std::sync::Arc;
 
 const DAY: i64 = 86_400_000;
@@ -43,6 +46,15 @@ fn events() -> Vec<Event> {
         ));
     }
     out
+}
+
+/// Writes `value` under `key` in the (closed) store at `dir`, behind the store's back.
+fn poke(dir: &std::path::Path, key: &[u8], value: Vec<u8>) {
+    let engine = SledEngine::open(dir).expect("raw").expect("a store");
+    let mut batch = WriteBatch::default();
+    batch.put(key.to_vec(), value).expect("put");
+    engine.apply(batch).expect("apply");
+    engine.sync().expect("sync");
 }
 
 #[test]
@@ -176,14 +188,8 @@ fn opening_errors_name_the_path_and_never_create_an_empty_store() {
 
     // A future format version is refused, not misread.
     {
-        let db = sled::Config::new()
-            .path(&dir)
-            .segment_size(sketchdb::store::SEGMENT_BYTES)
-            .open()
-            .expect("raw");
         let blob = sketchdb::codec::encode(sketchdb::store::META_KIND, &99u32).expect("encode");
-        db.insert(keys::meta("format"), blob).expect("insert");
-        db.flush().expect("flush");
+        poke(&dir, &keys::meta("format"), blob);
     }
     let err = Store::open(&dir).err().expect("version");
     assert!(
@@ -210,20 +216,8 @@ fn a_format_1_store_is_refused_by_name_not_misread() {
         store.ingest_batch(&events()[..100]).expect("ingest");
         store.flush().expect("flush");
     }
-    let raw = || {
-        sled::Config::new()
-            .path(&dir)
-            .segment_size(sketchdb::store::SEGMENT_BYTES)
-            .open()
-            .expect("raw")
-    };
     let old = sketchdb::codec::encode(sketchdb::store::META_KIND, &1u32).expect("encode");
-    {
-        let db = raw();
-        db.insert(keys::meta("format"), old.clone())
-            .expect("insert");
-        db.flush().expect("flush");
-    }
+    poke(&dir, &keys::meta("format"), old.clone());
     let err = Store::open(&dir).err().expect("version 1 refused");
     assert!(
         matches!(
@@ -243,9 +237,9 @@ fn a_format_1_store_is_refused_by_name_not_misread() {
             && msg.contains(&dir.display().to_string()),
         "{msg}"
     );
-    let db = raw();
+    let db = SledEngine::open(&dir).expect("raw").expect("a store");
     assert_eq!(
-        db.get(keys::meta("format")).expect("get").as_deref(),
+        db.get(&keys::meta("format")).expect("get").as_deref(),
         Some(old.as_slice()),
         "the refused store is left as it was"
     );
@@ -285,18 +279,14 @@ fn a_damaged_sketch_is_named_and_the_rest_stays_usable() {
         store.flush().expect("flush");
     }
     {
-        let db = sled::Config::new()
-            .path(&dir)
-            .segment_size(sketchdb::store::SEGMENT_BYTES)
-            .open()
-            .expect("raw");
+        let engine = SledEngine::open(&dir).expect("raw").expect("a store");
         // Tag 1 is chain:a (first seen); damage its HLL of the second day.
         let key = keys::sketch(keys::Part::Hll, 1, T0 + DAY);
-        let mut v = db.get(key).expect("get").expect("present").to_vec();
+        let mut v = engine.get(&key).expect("get").expect("present");
         let mid = v.len() / 2;
         v[mid] ^= 0xff;
-        db.insert(key, v).expect("insert");
-        db.flush().expect("flush");
+        drop(engine);
+        poke(&dir, &key, v);
     }
     let store = Store::open(&dir).expect("open");
     let err = store
@@ -1112,5 +1102,51 @@ fn a_panicking_scan_callback_leaves_the_store_usable() {
             .expect("count")
             .0,
         200
+    );
+}
+
+/// The configuration as stores written before `engine_cache_bytes` hold it.
+#[derive(serde::Serialize)]
+struct ConfigBeforeEngineCache {
+    item_field: String,
+    tag_fields: Vec<String>,
+    bucket: BucketWidth,
+    sketches: SketchConfig,
+    retention_ms: Option<i64>,
+    memory_budget: usize,
+    checkpoint_every: u64,
+    cache_bytes: usize,
+    lowercase_items: bool,
+}
+
+/// A store made before the engine's cache was configurable opens with the default bound and
+/// keeps its other settings (`lowercase_items` included, which the older fallback would drop).
+#[test]
+fn a_store_written_before_engine_cache_bytes_still_opens() {
+    let dir = tempdir();
+    let c = Config {
+        lowercase_items: true,
+        ..small_config()
+    };
+    drop(Store::create(&dir, c.clone()).expect("create"));
+    let old = ConfigBeforeEngineCache {
+        item_field: c.item_field.clone(),
+        tag_fields: c.tag_fields.clone(),
+        bucket: c.bucket,
+        sketches: c.sketches.clone(),
+        retention_ms: c.retention_ms,
+        memory_budget: c.memory_budget,
+        checkpoint_every: c.checkpoint_every,
+        cache_bytes: c.cache_bytes,
+        lowercase_items: c.lowercase_items,
+    };
+    let blob = sketchdb::codec::encode(sketchdb::store::META_KIND, &old).expect("encode");
+    poke(&dir, &keys::meta("config"), blob);
+    let store = Store::open(&dir).expect("an old store opens");
+    assert_eq!(store.config(), &c);
+    assert!(store.config().lowercase_items);
+    assert_eq!(
+        store.config().engine_cache_bytes,
+        sketchdb::store::model::DEFAULT_ENGINE_CACHE_BYTES
     );
 }

@@ -238,11 +238,8 @@ impl Store {
                 .map_or(i64::MIN, |s| self.config.bucket.bucket_of(s)),
         );
         let mut out = Vec::new();
-        for entry in self.db.range(start..) {
-            let (k, _) = entry.map_err(|source| StoreError::Engine {
-                path: self.path.clone(),
-                source,
-            })?;
+        for entry in self.engine.range(&start, None) {
+            let (k, _) = entry?;
             if !k.starts_with(&prefix) {
                 break;
             }
@@ -673,14 +670,11 @@ impl Store {
         let tag = self.tag_id(st, slice)?;
         self.write_pending(st)?;
         let mut decoded = 0u64;
-        for entry in self.db.scan_prefix([keys::INDEX]) {
+        for entry in self.engine.prefix(&[keys::INDEX]) {
             if stop() {
                 return Ok(None);
             }
-            let (k, v) = entry.map_err(|source| StoreError::Engine {
-                path: self.path.clone(),
-                source,
-            })?;
+            let (k, v) = entry?;
             let first = keys::seq_of(&k).unwrap_or(0);
             let info = log::BlockInfo::decode(&v).map_err(|detail| StoreError::DamagedLog {
                 name: format!("log block index at event {first}"),
@@ -691,17 +685,13 @@ impl Store {
             if !overlaps {
                 continue;
             }
-            let block = self
-                .db
-                .get(keys::log(first))
-                .map_err(|source| StoreError::Engine {
-                    path: self.path.clone(),
-                    source,
-                })?
-                .ok_or_else(|| StoreError::DamagedLog {
-                    name: format!("log block at event {first}"),
-                    detail: "missing".into(),
-                })?;
+            let block =
+                self.engine
+                    .get(&keys::log(first))?
+                    .ok_or_else(|| StoreError::DamagedLog {
+                        name: format!("log block at event {first}"),
+                        detail: "missing".into(),
+                    })?;
             let tags = &st.tags;
             log::decode_block(&block, |ev| {
                 decoded += 1;

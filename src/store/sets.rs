@@ -8,7 +8,7 @@ use super::error::{Result, StoreError};
 use super::keys::{self, Part};
 use super::model::Event;
 use super::state::{Active, State, TagDict};
-use super::{codec, engine, kinds, Store};
+use super::{codec, kinds, Store};
 use crate::sketch::{
     BloomFilter, CountMin, HyperLogLog, Reservoir, ScalableBloom, Sketch, SketchSet, Theta,
 };
@@ -53,11 +53,7 @@ impl Store {
         tag: u32,
         bucket: i64,
     ) -> Result<Option<S>> {
-        let Some(bytes) = self
-            .db
-            .get(keys::sketch(part, tag, bucket))
-            .map_err(engine(&self.path))?
-        else {
+        let Some(bytes) = self.engine.get(&keys::sketch(part, tag, bucket))? else {
             return Ok(None);
         };
         S::decode(&bytes)
@@ -74,11 +70,7 @@ impl Store {
         tag: u32,
         bucket: i64,
     ) -> Result<Option<(u64, u64)>> {
-        let Some(bytes) = self
-            .db
-            .get(keys::sketch(Part::Header, tag, bucket))
-            .map_err(engine(&self.path))?
-        else {
+        let Some(bytes) = self.engine.get(&keys::sketch(Part::Header, tag, bucket))? else {
             return Ok(None);
         };
         let h: SetHeader =
