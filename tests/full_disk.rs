@@ -2,7 +2,8 @@
 //! with an error that says so, the store opens afterwards without repair (a leftover empty sled
 //! snapshot included), and every acknowledged event is still counted, exactly.
 //!
-//! The disk is a small tmpfs, mounted in a private mount namespace so nothing outside the test
+//! An `init` on a disk smaller than one sled segment fails the same way and works once the disk
+//! is grown. The disk is a small tmpfs, mounted in a private mount namespace so nothing outside the test
 //! sees it: the test binary runs itself under `unshare -m` (or `unshare -rm` where only user
 //! namespaces are allowed), and the child does the work. Where neither is permitted the test
 //! fails and says so: a skipped full-disk test would look like a passing one.
@@ -158,6 +159,32 @@ fn scenario(work: &Path) {
          `mount -t tmpfs`, as root or in a user namespace): {}",
         text(&mount.stderr)
     );
+
+    // A disk smaller than one sled segment: `init` says so at once, and works once there is room.
+    let tiny = work.join("tiny");
+    std::fs::create_dir_all(&tiny).expect("mount point");
+    let mount_tiny = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"])
+        .arg(&tiny)
+        .status()
+        .expect("run mount");
+    assert!(mount_tiny.success(), "mount the 8 MiB tmpfs");
+    let tiny_db = tiny.join("tx.db");
+    let (out, _) = run_limited("init on 8 MiB", &mut sketchdb(&tiny_db, &["init"]));
+    let stderr = text(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("no space left on device"),
+        "init on an 8 MiB disk: {stderr}"
+    );
+    let grown = Command::new("mount")
+        .args(["-o", "remount,size=64m"])
+        .arg(&tiny)
+        .status()
+        .expect("run mount");
+    assert!(grown.success(), "grow the tmpfs");
+    ok("init once there is room", &tiny_db, &["init"]);
+    assert_eq!(count("count of the new store", &tiny_db), 0);
+    let _ = Command::new("umount").arg(&tiny).status();
 
     let acked_input = work.join("acked.jsonl");
     let big_input = work.join("big.jsonl");
