@@ -50,10 +50,12 @@ pub const SEGMENT_BYTES: usize = 16 << 20;
 /// How long opening waits for a store's lock before reporting it held.
 const LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// The on-disk format this build writes and the only one it reads. 2: Count-Min rows hashed by
-/// independent SHA-256 words instead of double hashing (a version-1 store's Count-Min tables
-/// would be read under the wrong columns, so it is refused with its version named).
-pub const FORMAT_VERSION: u32 = 2;
+/// The on-disk format this build writes and the only one it reads. 3: Bloom filters (the
+/// all-time one too) and Count-Min sketches start in exact forms, a changed layout. 2: Count-Min
+/// rows hashed by independent SHA-256 words instead of double hashing (a version-1 store's
+/// Count-Min tables would be read under the wrong columns, so it is refused with its version
+/// named).
+pub const FORMAT_VERSION: u32 = 3;
 /// The blob kind of the store's metadata records (format version, config, checkpoint).
 pub const META_KIND: u8 = 0x50;
 const TAG_KIND: u8 = 0x51;
