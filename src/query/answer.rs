@@ -34,7 +34,9 @@ impl Serialize for Value {
         match self {
             Value::Number(x) => number(x, s),
             Value::Text(t) => s.serialize_str(t),
-            Value::List(items) => s.collect_seq(items.iter().map(integral)),
+            // `Answer::list` made the rows' own integral floats integers already; a sample's
+            // extra fields are the user's and are written as they came.
+            Value::List(items) => s.collect_seq(items),
         }
     }
 }
@@ -173,7 +175,13 @@ impl Answer {
         buckets: usize,
     ) -> Self {
         // Rows are built with `json!`, where a bound computed in f64 would print as `4984.0`.
-        let items = items.iter().map(integral).collect();
+        // A sample's rows carry the user's extra fields, which must come back as written (`1.0`
+        // stays `1.0`, `1e-400` is not read through f64), so they are left alone.
+        let items = if kind == Kind::Sample {
+            items
+        } else {
+            items.iter().map(integral).collect()
+        };
         Answer::new(kind, Value::List(items), method, exact, buckets)
     }
 

@@ -1,5 +1,6 @@
-//! The key layout in sled. Everything lives in one tree so that a log write, the sketches it
-//! checkpoints and the metadata that goes with them commit in one atomic batch.
+//! The byte layout of keys, in terms of the prefixes of [`super::kinds`]. Everything lives in
+//! one ordered key space so that a log write, the sketches it checkpoints and the metadata that
+//! goes with them commit in one atomic batch.
 //!
 //! | prefix | key | value |
 //! |---|---|---|
@@ -13,50 +14,18 @@
 //! Big-endian integers (with the sign bit flipped for times) sort the way the numbers do, so the
 //! buckets of one kind and one tag in a time range are one contiguous, ordered scan.
 
+use super::kinds;
+pub use super::kinds::Part;
+
 /// Tag id 0 is the whole stream.
 pub const WHOLE: u32 = 0;
 
-pub const META: u8 = b'M';
-pub const TAG: u8 = b'T';
-pub const LOG: u8 = b'L';
-pub const INDEX: u8 = b'I';
-pub const SKETCH: u8 = b'S';
-pub const ALL_TIME: &[u8] = b"A";
-
-/// The stored kinds of a sketch set: its header (event count and log position) and one per
-/// family, numbered as the families' blob kinds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Part {
-    Header = 0,
-    Bloom = 1,
-    Hll = 3,
-    Theta = 4,
-    CountMin = 5,
-    Reservoir = 6,
-}
-
-impl Part {
-    pub const ALL: [Part; 6] = [
-        Part::Header,
-        Part::Bloom,
-        Part::Hll,
-        Part::Theta,
-        Part::CountMin,
-        Part::Reservoir,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Part::Header => "header",
-            Part::Bloom => "bloom",
-            Part::Hll => "hll",
-            Part::Theta => "theta",
-            Part::CountMin => "countmin",
-            Part::Reservoir => "reservoir",
-        }
-    }
-}
+pub const META: u8 = kinds::META.prefix;
+pub const TAG: u8 = kinds::TAG.prefix;
+pub const LOG: u8 = kinds::LOG.prefix;
+pub const INDEX: u8 = kinds::INDEX.prefix;
+pub const SKETCH: u8 = kinds::SKETCH.prefix;
+pub const ALL_TIME: &[u8] = &[kinds::ALL_TIME.prefix];
 
 pub fn meta(name: &str) -> Vec<u8> {
     let mut k = vec![META];

@@ -26,9 +26,10 @@ pub const BLOCK_EVENTS: usize = 4096;
 /// count decides for them; long items or large extra fields hit this bound first.
 pub const BLOCK_BYTES: usize = 192 << 10;
 /// The blob kind of a log block in the codec frame.
-pub const BLOCK_KIND: u8 = 0x41;
-/// Tag values one event may carry.
-pub const MAX_TAGS: usize = 16;
+pub const BLOCK_KIND: u8 = super::kinds::LOG.blob;
+/// The blob kind of a block's index entry.
+const INDEX_KIND: u8 = super::kinds::INDEX.blob;
+pub use super::model::MAX_TAGS;
 
 const LITERAL_HEX: u8 = 1;
 const LITERAL_RAW: u8 = 2;
@@ -180,11 +181,11 @@ impl BlockInfo {
     }
 
     pub fn encode(&self) -> Result<Vec<u8>, CodecError> {
-        codec::frame(BLOCK_KIND + 1, &self.header())
+        codec::frame(INDEX_KIND, &self.header())
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Self, String> {
-        let p = codec::unframe(BLOCK_KIND + 1, bytes).map_err(|e| e.to_string())?;
+        let p = codec::unframe(INDEX_KIND, bytes).map_err(|e| e.to_string())?;
         let mut r = Reader { bytes: p, pos: 0 };
         let info = BlockInfo {
             first_seq: r.u64_le()?,

@@ -2,7 +2,6 @@
 //! every input is checked against before the store does arithmetic on it.
 
 use super::error::{Result, StoreError};
-use super::log::MAX_TAGS;
 use crate::sketch::{BloomFilter, CountMin, SketchConfig, SketchSet};
 use serde::{Deserialize, Serialize};
 
@@ -22,6 +21,9 @@ pub const MAX_TIME: i64 = 253_402_300_799_999;
 /// event time is far inside, and rounding an end to its bucket or adding a bucket width to it
 /// cannot overflow. The ends of `i64` used as "unbounded" are refused: that is `None`.
 pub const RANGE_LIMIT: i64 = 1 << 62;
+
+/// Tag values one event may carry.
+pub const MAX_TAGS: usize = 16;
 
 /// The longest a field name may be: a name is a field's name, not data; a longer one is a
 /// mistake (a data line read as a header, say).

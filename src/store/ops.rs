@@ -8,7 +8,8 @@
 
 use super::keys::{self, Part};
 use super::log::{self, ItemRef, LogEvent};
-use super::{Event, Result, Slice, State, Store, StoreError, TimeRange};
+use super::state::State;
+use super::{Event, Result, Slice, Store, StoreError, TimeRange};
 use crate::hash::ShaWords;
 use crate::sketch::{CountMin, HyperLogLog, Presence, Reservoir, Sketch, Theta, TopEntry};
 use rand::Rng;
@@ -65,7 +66,7 @@ pub struct Frequency {
 pub(crate) trait Mergeable: Sketch + Clone {
     const CACHE: CacheKind;
     const PART: Part;
-    fn pick(active: &super::Active) -> &Self;
+    fn pick(active: &super::state::Active) -> &Self;
     fn wrap(self) -> Cached;
     fn unwrap(cached: &Cached) -> Option<&Self>;
 }
@@ -73,7 +74,7 @@ pub(crate) trait Mergeable: Sketch + Clone {
 impl Mergeable for HyperLogLog {
     const CACHE: CacheKind = CacheKind::Hll;
     const PART: Part = Part::Hll;
-    fn pick(active: &super::Active) -> &Self {
+    fn pick(active: &super::state::Active) -> &Self {
         &active.set.hll
     }
     fn wrap(self) -> Cached {
@@ -90,7 +91,7 @@ impl Mergeable for HyperLogLog {
 impl Mergeable for Theta {
     const CACHE: CacheKind = CacheKind::Theta;
     const PART: Part = Part::Theta;
-    fn pick(active: &super::Active) -> &Self {
+    fn pick(active: &super::state::Active) -> &Self {
         &active.set.theta
     }
     fn wrap(self) -> Cached {
@@ -107,7 +108,7 @@ impl Mergeable for Theta {
 impl Mergeable for CountMin {
     const CACHE: CacheKind = CacheKind::CountMin;
     const PART: Part = Part::CountMin;
-    fn pick(active: &super::Active) -> &Self {
+    fn pick(active: &super::state::Active) -> &Self {
         &active.set.cms
     }
     fn wrap(self) -> Cached {
@@ -316,7 +317,7 @@ impl Store {
         part: Part,
         tag: u32,
         bucket: i64,
-        pick: impl Fn(&super::Active) -> &S,
+        pick: impl Fn(&super::state::Active) -> &S,
     ) -> Result<Option<S>> {
         if let Some(a) = st.sets.get(&(tag, bucket)) {
             return Ok(Some(pick(a).clone()));
@@ -650,7 +651,7 @@ impl Store {
         st: &mut State,
         slice: &Slice,
         range: &TimeRange,
-        mut each: impl FnMut(&LogEvent<'_>, &super::TagDict),
+        mut each: impl FnMut(&LogEvent<'_>, &super::state::TagDict),
     ) -> Result<u64> {
         let tag = self.tag_id(st, slice)?;
         self.write_pending(st)?;

@@ -1,0 +1,168 @@
+//! Checkpoints, eviction and retention: writing every changed set back with the log position
+//! it includes, in one atomic batch with the pending log, the all-time filter and the
+//! checkpoint record; evicting the least recently used clean sets while memory is over budget;
+//! and dropping log blocks older than the retention window.
+//!
+//! Owns: when sets reach the disk outside an import, and the checkpoint record.
+
+use super::error::{Result, StoreError};
+use super::keys::{self, Part};
+use super::sets::{AllTime, SetHeader};
+use super::state::State;
+use super::{codec, engine, kinds, log, Store};
+use crate::sketch::{Sketch, SketchError};
+use serde::{Deserialize, Serialize};
+
+/// The checkpoint record.
+#[derive(Serialize, Deserialize)]
+pub(super) struct Checkpoint {
+    /// Every stored set includes all of its events below this sequence number, and no set
+    /// absent from the store has any.
+    pub(super) log_pos: u64,
+}
+
+impl Store {
+    /// Writes every changed sketch set back with the log position it includes, in one atomic
+    /// batch with the pending log, syncs, and evicts the least recently used sets while memory
+    /// is over budget.
+    pub fn checkpoint(&self) -> Result<()> {
+        let mut st = self.lock()?;
+        self.checkpoint_locked(&mut st)
+    }
+
+    pub(super) fn checkpoint_locked(&self, st: &mut State) -> Result<()> {
+        if st.importing {
+            // An unfinished import (or one that panicked) must not reach the disk.
+            return Ok(());
+        }
+        let unchanged = st.since_checkpoint == 0
+            && st.sealed.is_empty()
+            && st.unindexed.is_empty()
+            && st.open_block.is_empty()
+            && st.checkpoint_pos == st.next_seq
+            && st.sets.values().all(|a| !a.dirty);
+        if unchanged {
+            self.evict_over_budget(st);
+            return Ok(());
+        }
+        let mut batch = sled::Batch::default();
+        self.log_into(st, &mut batch)?;
+        let pos = st.next_seq;
+        let encode_err =
+            |name: String| move |source: SketchError| StoreError::Damaged { name, source };
+        let tags = &st.tags;
+        for (&(tag, bucket), active) in st.sets.iter_mut().filter(|(_, a)| a.dirty) {
+            let name = |part: Part| self.blob_name(tags, part, tag, bucket);
+            let s = &active.set;
+            let encoded = [
+                (Part::Bloom, s.bloom.encode()),
+                (Part::Hll, s.hll.encode()),
+                (Part::Theta, s.theta.encode()),
+                (Part::CountMin, s.cms.encode()),
+                (Part::Reservoir, s.reservoir.encode()),
+            ];
+            for (part, blob) in encoded {
+                let blob = blob.map_err(encode_err(name(part)))?;
+                batch.insert(&keys::sketch(part, tag, bucket), blob);
+            }
+            let header = SetHeader {
+                events: s.events,
+                log_pos: pos,
+            };
+            batch.insert(
+                &keys::sketch(Part::Header, tag, bucket),
+                Self::blob(&self.path, &header)?,
+            );
+        }
+        let all_time = AllTime {
+            bloom: st.all_time.clone(),
+            log_pos: pos,
+        };
+        let all_time_blob =
+            codec::encode(kinds::ALL_TIME.blob, &all_time).map_err(|e| StoreError::DamagedLog {
+                name: "all-time bloom filter".into(),
+                detail: e.to_string(),
+            })?;
+        batch.insert(keys::ALL_TIME, all_time_blob);
+        batch.insert(
+            keys::meta("checkpoint"),
+            Self::blob(&self.path, &Checkpoint { log_pos: pos })?,
+        );
+        let expired = self.expire_into(st, pos, &mut batch)?;
+        self.db.apply_batch(batch).map_err(engine(&self.path))?;
+        self.db.flush().map_err(engine(&self.path))?;
+        Self::after_log_written(st);
+        if let Some(t) = expired {
+            st.log_retained_from = Some(st.log_retained_from.map_or(t, |old| old.max(t)));
+        }
+        for active in st.sets.values_mut() {
+            active.dirty = false;
+            active.log_pos = pos;
+        }
+        st.checkpoint_pos = pos;
+        st.since_checkpoint = 0;
+        self.evict_over_budget(st);
+        Ok(())
+    }
+
+    /// Evicts clean sets, least recently used first, while memory is over budget: down to half
+    /// the budget, so the next batches do not checkpoint again at once. Dirty sets stay (only
+    /// a checkpoint may drop them).
+    pub(super) fn evict_over_budget(&self, st: &mut State) {
+        let mut in_use = Self::sets_bytes(st);
+        if in_use <= self.config.memory_budget {
+            return;
+        }
+        let target = self.config.memory_budget / 2;
+        let mut by_age: Vec<((u32, i64), u64)> = st
+            .sets
+            .iter()
+            .filter(|(_, a)| !a.dirty)
+            .map(|(k, a)| (*k, a.last_used))
+            .collect();
+        by_age.sort_by_key(|&(_, used)| used);
+        for (key, _) in by_age {
+            if in_use <= target {
+                break;
+            }
+            if let Some(a) = st.sets.remove(&key) {
+                in_use -= a.set.size_bytes();
+            }
+        }
+    }
+
+    /// Drops log blocks older than the retention window. Only blocks wholly below the
+    /// checkpoint position go: the ones after it are still needed for recovery. Sketches are
+    /// never touched. Returns the new oldest retained time if anything was dropped.
+    pub(super) fn expire_into(
+        &self,
+        st: &State,
+        checkpoint: u64,
+        batch: &mut sled::Batch,
+    ) -> Result<Option<i64>> {
+        let (Some(retention), Some(newest)) = (self.config.retention_ms, st.newest) else {
+            return Ok(None);
+        };
+        // Saturating: a store created before retention was bounded may hold any value.
+        let cutoff = newest.saturating_sub(retention);
+        let mut dropped_any = false;
+        for entry in self.db.scan_prefix([keys::INDEX]) {
+            let (k, v) = entry.map_err(engine(&self.path))?;
+            let Ok(info) = log::BlockInfo::decode(&v) else {
+                continue;
+            };
+            if info.max_time < cutoff && info.end_seq() <= checkpoint {
+                batch.remove(k.clone());
+                batch.remove(&keys::log(info.first_seq));
+                dropped_any = true;
+            }
+        }
+        if dropped_any {
+            // Never move backwards: `newest` is only known for events seen since open.
+            let from = st.log_retained_from.map_or(cutoff, |old| old.max(cutoff));
+            batch.insert(keys::meta("retained_from"), Self::blob(&self.path, &from)?);
+            return Ok(Some(from));
+        }
+        Ok(None)
+    }
+}

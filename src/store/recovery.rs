@@ -1,0 +1,408 @@
+//! Opening a store: sled with the store's settings, the metadata (format, configuration,
+//! checkpoint), the tag dictionary, the all-time filter, the log's end, orphan blocks removed,
+//! and replay of the log past the checkpoint.
+//!
+//! Owns: the path from files on disk to a usable in-memory [`State`] after a clean close or a
+//! crash.
+
+use super::checkpoint::Checkpoint;
+use super::error::{Result, StoreError};
+use super::model::{self, Config, Event};
+use super::sets::AllTime;
+use super::state::{State, TagDict};
+use super::{codec, engine, keys, kinds, log, ops, Store, FORMAT_VERSION};
+use crate::hash::Item;
+use crate::sketch::{ScalableBloom, Sketch};
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+use std::sync::Mutex;
+
+/// sled segment size for new stores (sled's default is 512 KiB). sled 0.34 writes any value,
+/// or consolidated tree node, larger than a quarter segment to a file of its own, which costs a
+/// file creation and which sled never fsyncs (spacejam/sled#1077): such data is safe from a
+/// process crash but not from a power cut. 16 MiB (sled's maximum) puts the limit at 4 MiB, so
+/// log blocks (at most [`log::BLOCK_BYTES`]), their tree nodes and default-sized sketches
+/// (a 1.2 MB Bloom filter) stay in the segment log that `flush` syncs. The cost is a larger
+/// minimum footprint (about 17 MB for an empty store instead of 8 MB).
+pub const SEGMENT_BYTES: usize = 16 << 20;
+
+/// How long opening waits for a store's lock before reporting it held.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+
+impl Store {
+    /// sled's segment size for a store at `path`: the one it was created with (sled refuses to
+    /// open with another), or [`SEGMENT_BYTES`] for a new store.
+    pub(super) fn segment_size(path: &Path) -> usize {
+        let persisted = std::fs::read(path.join("conf")).ok().and_then(|conf| {
+            String::from_utf8_lossy(&conf)
+                .lines()
+                .find_map(|l| l.strip_prefix("segment_size: "))
+                .and_then(|v| v.trim().parse().ok())
+        });
+        persisted.unwrap_or(SEGMENT_BYTES)
+    }
+
+    /// Opens sled at `path`. A lock held by this process's previous handle, whose I/O threads
+    /// can outlive its drop by a moment, is waited out for up to [`LOCK_WAIT`]; a lock still
+    /// held after that (another process) is [`StoreError::Locked`].
+    pub(super) fn open_engine(path: &Path) -> Result<sled::Db> {
+        let started = std::time::Instant::now();
+        loop {
+            match Self::try_open_engine(path) {
+                Err(StoreError::Locked { .. }) if started.elapsed() < LOCK_WAIT => {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    pub(super) fn try_open_engine(path: &Path) -> Result<sled::Db> {
+        sled::Config::new()
+            .path(path)
+            // Durability is ours to decide: nothing is synced behind flush()'s back.
+            .flush_every_ms(None)
+            .segment_size(Self::segment_size(path))
+            .open()
+            .map_err(|source| match &source {
+                sled::Error::Io(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    StoreError::Locked {
+                        path: path.to_path_buf(),
+                    }
+                }
+                sled::Error::Io(e) if e.to_string().contains("lock") => StoreError::Locked {
+                    path: path.to_path_buf(),
+                },
+                _ => StoreError::Engine {
+                    path: path.to_path_buf(),
+                    source,
+                },
+            })
+    }
+
+    pub(super) fn blob<T: Serialize>(path: &Path, value: &T) -> Result<Vec<u8>> {
+        codec::encode(kinds::META.blob, value).map_err(|e| StoreError::DamagedLog {
+            name: format!("{} metadata", path.display()),
+            detail: e.to_string(),
+        })
+    }
+
+    pub(super) fn read_meta<T: serde::de::DeserializeOwned>(
+        path: &Path,
+        db: &sled::Db,
+        name: &str,
+    ) -> Result<Option<T>> {
+        match db.get(keys::meta(name)).map_err(engine(path))? {
+            None => Ok(None),
+            Some(bytes) => codec::decode(kinds::META.blob, &bytes)
+                .map(Some)
+                .map_err(|e| StoreError::DamagedLog {
+                    name: format!("store metadata '{name}'"),
+                    detail: e.to_string(),
+                }),
+        }
+    }
+
+    /// The stored configuration, in its current layout or the one before `lowercase_items`
+    /// (see [`model::ConfigV1`]).
+    pub(super) fn read_config(path: &Path, db: &sled::Db) -> Result<Config> {
+        let config = match Self::read_meta::<Config>(path, db, "config") {
+            Ok(c) => c,
+            Err(current) => match Self::read_meta::<model::ConfigV1>(path, db, "config") {
+                Ok(old) => old.map(Config::from),
+                Err(_) => return Err(current),
+            },
+        };
+        config.ok_or_else(|| StoreError::NotAStore {
+            path: path.to_path_buf(),
+        })
+    }
+
+    pub(super) fn load(path: PathBuf, db: sled::Db) -> Result<Store> {
+        let (config, state) = Self::read_state(path.clone(), &db)?;
+        // Before anything new is written at these positions.
+        Self::remove_orphan_blocks(&path, &db, state.next_seq)?;
+        let store = Store {
+            path,
+            db,
+            config,
+            state: Mutex::new(state),
+            importer: AtomicU64::new(0),
+        };
+        store.replay()?;
+        Ok(store)
+    }
+
+    /// The store's configuration and in-memory state as stored: no sets loaded, nothing
+    /// replayed.
+    pub(super) fn read_state(path: PathBuf, db: &sled::Db) -> Result<(Config, State)> {
+        let version: u32 = match Self::read_meta(&path, db, "format")? {
+            Some(v) => v,
+            None => return Err(StoreError::NotAStore { path }),
+        };
+        if version != FORMAT_VERSION {
+            return Err(StoreError::UnsupportedVersion {
+                path,
+                found: version,
+                supported: FORMAT_VERSION,
+            });
+        }
+        let config = Self::read_config(&path, db)?;
+        let checkpoint: Checkpoint =
+            Self::read_meta(&path, db, "checkpoint")?.unwrap_or(Checkpoint { log_pos: 0 });
+        let log_retained_from: Option<i64> = Self::read_meta(&path, db, "retained_from")?;
+
+        let mut tags = TagDict::default();
+        for entry in db.scan_prefix([keys::TAG]) {
+            let (k, v) = entry.map_err(engine(&path))?;
+            let id = k
+                .get(1..5)
+                .and_then(|b| b.try_into().ok())
+                .map(u32::from_be_bytes);
+            let name: String =
+                codec::decode(kinds::TAG.blob, &v).map_err(|e| StoreError::DamagedLog {
+                    name: format!("tag dictionary entry {id:?}"),
+                    detail: e.to_string(),
+                })?;
+            // Ids are dense and in key order; a gap or repeat would silently shift every later
+            // tag onto the wrong sketches.
+            let expected = tags.names.len() as u32 + 1;
+            if id != Some(expected) || tags.id(&name).is_some() {
+                return Err(StoreError::DamagedLog {
+                    name: format!("tag dictionary entry {id:?} ('{name}')"),
+                    detail: format!("expected id {expected}: the dictionary has a gap or a repeat"),
+                });
+            }
+            tags.intern(&name);
+        }
+        tags.persisted = tags.names.len() as u32;
+
+        let all_time = match db.get(keys::ALL_TIME).map_err(engine(&path))? {
+            Some(bytes) => codec::decode::<AllTime>(kinds::ALL_TIME.blob, &bytes)
+                .map_err(|e| StoreError::DamagedLog {
+                    name: "all-time bloom filter".into(),
+                    detail: e.to_string(),
+                })
+                .and_then(|a| {
+                    a.bloom.validate().map_err(|source| StoreError::Damaged {
+                        name: "all-time bloom filter".into(),
+                        source,
+                    })?;
+                    Ok(a)
+                })?,
+            None => AllTime {
+                bloom: Self::new_all_time(&config)?,
+                log_pos: 0,
+            },
+        };
+
+        let last_block = db
+            .scan_prefix([keys::INDEX])
+            .next_back()
+            .transpose()
+            .map_err(engine(&path))?;
+        let next_seq = match last_block {
+            Some((_, v)) => log::BlockInfo::decode(&v)
+                .map_err(|detail| StoreError::DamagedLog {
+                    name: "last log block index".into(),
+                    detail,
+                })?
+                .end_seq(),
+            None => 0,
+        };
+
+        // Retention may have dropped the newest blocks (late events older than the window);
+        // sequence numbers must never be reused, so positions recorded elsewhere count too.
+        let next_seq = next_seq.max(checkpoint.log_pos).max(all_time.log_pos);
+        let state = State {
+            tags,
+            next_seq,
+            sealed: Vec::new(),
+            unindexed: Vec::new(),
+            open_block: log::BlockBuilder::new(next_seq),
+            sets: FxHashMap::default(),
+            all_time: all_time.bloom,
+            all_time_pos: all_time.log_pos,
+            checkpoint_pos: checkpoint.log_pos,
+            since_checkpoint: 0,
+            clock: 0,
+            modified: FxHashMap::default(),
+            cache: ops::Cache::new(config.cache_bytes),
+            newest: None,
+            deferred_error: None,
+            log_retained_from,
+            importing: false,
+            broken: None,
+        };
+        Ok((config, state))
+    }
+
+    pub(super) fn new_all_time(config: &Config) -> Result<ScalableBloom> {
+        ScalableBloom::new(config.sketches.bloom_capacity, config.sketches.bloom_fpr)
+            .map_err(StoreError::Config)
+    }
+
+    /// Replays log events past each set's checkpoint (after a crash, or a drop without a
+    /// checkpoint). Events below a set's stored position are already in it and are skipped, so
+    /// nothing is counted twice.
+    pub(super) fn replay(&self) -> Result<()> {
+        let mut st = self.lock()?;
+        let from = st.checkpoint_pos.min(st.all_time_pos);
+        if from >= st.next_seq {
+            return Ok(());
+        }
+        let mut events: Vec<(u64, Event, Vec<u32>)> = Vec::new();
+        self.for_each_block_from(
+            from,
+            |ev, tags| {
+                if ev.seq >= from {
+                    events.push((ev.seq, Self::to_event(ev, tags), ev.tag_ids().to_vec()));
+                }
+            },
+            &st.tags,
+        )?;
+        for (seq, event, tag_ids) in events {
+            let bucket = self.config.bucket.bucket_of(event.time);
+            let item = Item::new(event.item.as_bytes());
+            for &tag in std::iter::once(&keys::WHOLE).chain(&tag_ids) {
+                self.ensure_loaded(&mut st, tag, bucket)?;
+                st.clock += 1;
+                let clock = st.clock;
+                if let Some(active) = st.sets.get_mut(&(tag, bucket)) {
+                    if seq >= active.log_pos {
+                        active.set.update(&item, || event.clone());
+                        active.log_pos = seq + 1;
+                        active.dirty = true;
+                        active.last_used = clock;
+                    }
+                }
+            }
+            if seq >= st.all_time_pos {
+                st.all_time.insert(&item.hashes.sha);
+                st.all_time_pos = seq + 1;
+            }
+            st.newest = Some(st.newest.map_or(event.time, |n| n.max(event.time)));
+        }
+        // Replay loads every set the replayed events touch; hold no more than the budget after.
+        if Self::sets_bytes(&st) > self.config.memory_budget {
+            self.checkpoint_locked(&mut st)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::store::test_support::*;
+    use crate::store::*;
+
+    /// Replay after a crash loads every set the replayed events touch; it ends within the
+    /// memory budget.
+    #[test]
+    fn replay_ends_within_the_memory_budget() {
+        let dir = tempdir("replay-budget");
+        let budget = 2
+            * SketchSet::<Event>::largest_size_bytes(&config().sketches).expect("size") as usize
+            * 3;
+        let cfg = Config {
+            bucket: BucketWidth::Hour,
+            memory_budget: budget,
+            ..config()
+        };
+        let store = Store::create(&dir, cfg).expect("create");
+        // 60 hours, one batch each: ingest checkpoints and evicts as it goes.
+        for h in 0..60i64 {
+            let batch: Vec<Event> = events(h as u64 * 50, 50)
+                .into_iter()
+                .map(|e| Event {
+                    time: 1_764_547_200_000 + h * model::HOUR_MS,
+                    ..e
+                })
+                .collect();
+            store.ingest_batch(&batch).expect("ingest");
+        }
+        store.flush().expect("flush");
+        // What a crash leaves: the log flushed, the sets never checkpointed since. Rewinding
+        // the checkpoint record makes the next open replay every event.
+        store
+            .db
+            .insert(
+                keys::meta("checkpoint"),
+                Store::blob(&dir, &Checkpoint { log_pos: 0 }).expect("blob"),
+            )
+            .expect("insert");
+        store.db.remove(keys::ALL_TIME).expect("remove");
+        for key in store.db.scan_prefix([keys::SKETCH]).keys() {
+            store.db.remove(key.expect("key")).expect("remove");
+        }
+        store.db.flush().expect("sync");
+        // Keep the drop from checkpointing over what was just rewound.
+        store.lock().expect("lock").broken = Some("test: simulated crash".into());
+        drop(store);
+        let store = Store::open(&dir).expect("reopen");
+        let used = store.memory_use().expect("memory").sets;
+        assert!(
+            used <= budget,
+            "{used} bytes of sets over a budget of {budget}"
+        );
+        assert_eq!(
+            store
+                .count(&Slice::Whole, &TimeRange::all())
+                .expect("count")
+                .0,
+            3_000
+        );
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn blocks_left_by_a_crash_are_removed_on_open() {
+        let dir = tempdir("orphans");
+        let store = Store::create(&dir, config()).expect("create");
+        store.ingest_batch(&events(0, 100)).expect("ingest");
+        store.flush().expect("flush");
+        // What a crash after early block writes, before the flush that indexes them, leaves.
+        let next = store.lock().expect("lock").next_seq;
+        for first in [next, next + log::BLOCK_EVENTS as u64] {
+            store
+                .db
+                .insert(keys::log(first), b"written early, never indexed".to_vec())
+                .expect("insert");
+        }
+        store.db.flush().expect("sync");
+        // The closing checkpoint indexes only blocks this process wrote, so they stay orphans.
+        drop(store);
+        let store = Store::open(&dir).expect("reopen");
+        let (l, i) = block_keys(&store);
+        assert_eq!(l, i, "the orphans are gone: {l:?}");
+        assert_eq!(logged_events(&store), 100);
+        store.ingest_batch(&events(100, 10)).expect("ingest");
+        store.flush().expect("flush");
+        assert_eq!(logged_events(&store), 110);
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_new_store_gets_large_segments_and_an_old_one_keeps_its_own() {
+        let dir = tempdir("segments");
+        assert_eq!(Store::segment_size(&dir), SEGMENT_BYTES);
+        drop(Store::create(&dir, config()).expect("create"));
+        assert_eq!(Store::segment_size(&dir), SEGMENT_BYTES);
+        // A store made with sled's default segment size (as before SEGMENT_BYTES) still opens.
+        let old = tempdir("segments-old");
+        let db = sled::Config::new()
+            .path(&old)
+            .segment_size(512 * 1024)
+            .open()
+            .expect("sled");
+        drop(db);
+        assert_eq!(Store::segment_size(&old), 512 * 1024);
+        assert!(Store::open_engine(&old).is_ok());
+        let _ = std::fs::remove_dir_all(&dir);
+        let _ = std::fs::remove_dir_all(&old);
+    }
+}

@@ -1,0 +1,153 @@
+//! Stored sketch sets: reading a set's header and parts, checking them, loading a set into
+//! memory for ingest, and the names damage reports give them.
+//!
+//! Owns: the stored form of a set and of the all-time filter. Must not: decide when sets are
+//! written or evicted (that is `checkpoint` and `import`).
+
+use super::error::{Result, StoreError};
+use super::keys::{self, Part};
+use super::model::Event;
+use super::state::{Active, State, TagDict};
+use super::{codec, engine, kinds, Store};
+use crate::sketch::{
+    BloomFilter, CountMin, HyperLogLog, Reservoir, ScalableBloom, Sketch, SketchSet, Theta,
+};
+use serde::{Deserialize, Serialize};
+
+/// A set's stored header: how many events it holds and the log position it includes (every
+/// event of this set with a sequence number below `log_pos` is in it).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub(super) struct SetHeader {
+    pub(super) events: u64,
+    pub(super) log_pos: u64,
+}
+
+/// The all-time filter as stored, with the log position it includes.
+#[derive(Serialize, Deserialize)]
+pub(super) struct AllTime {
+    pub(super) bloom: ScalableBloom,
+    pub(super) log_pos: u64,
+}
+
+impl Store {
+    /// A human name for a stored sketch, used in damage reports.
+    pub(crate) fn blob_name(&self, tags: &TagDict, part: Part, tag: u32, bucket: i64) -> String {
+        let tag_name = if tag == keys::WHOLE {
+            "whole stream".to_string()
+        } else {
+            tags.name(tag).unwrap_or("unknown tag").to_string()
+        };
+        format!(
+            "{} sketch of bucket {}, {}",
+            part.name(),
+            self.config.bucket.label(bucket),
+            tag_name
+        )
+    }
+
+    /// Reads one stored part of a set, checking it.
+    pub(crate) fn read_part<S: Sketch>(
+        &self,
+        tags: &TagDict,
+        part: Part,
+        tag: u32,
+        bucket: i64,
+    ) -> Result<Option<S>> {
+        let Some(bytes) = self
+            .db
+            .get(keys::sketch(part, tag, bucket))
+            .map_err(engine(&self.path))?
+        else {
+            return Ok(None);
+        };
+        S::decode(&bytes)
+            .map(Some)
+            .map_err(|source| StoreError::Damaged {
+                name: self.blob_name(tags, part, tag, bucket),
+                source,
+            })
+    }
+
+    pub(crate) fn read_header(
+        &self,
+        tags: &TagDict,
+        tag: u32,
+        bucket: i64,
+    ) -> Result<Option<(u64, u64)>> {
+        let Some(bytes) = self
+            .db
+            .get(keys::sketch(Part::Header, tag, bucket))
+            .map_err(engine(&self.path))?
+        else {
+            return Ok(None);
+        };
+        let h: SetHeader =
+            codec::decode(kinds::META.blob, &bytes).map_err(|e| StoreError::DamagedLog {
+                name: self.blob_name(tags, Part::Header, tag, bucket),
+                detail: e.to_string(),
+            })?;
+        Ok(Some((h.events, h.log_pos)))
+    }
+
+    /// Makes sure the set for (tag, bucket) is in memory, loading it or creating it empty.
+    pub(super) fn ensure_loaded(&self, st: &mut State, tag: u32, bucket: i64) -> Result<()> {
+        if st.sets.contains_key(&(tag, bucket)) {
+            return Ok(());
+        }
+        let (set, log_pos) = match self.read_set(&st.tags, tag, bucket)? {
+            Some(stored) => stored,
+            None => (
+                SketchSet::new(&self.config.sketches).map_err(StoreError::Config)?,
+                0,
+            ),
+        };
+        let active = Active {
+            set,
+            log_pos,
+            dirty: false,
+            last_used: st.clock,
+        };
+        st.sets.insert((tag, bucket), active);
+        Ok(())
+    }
+
+    /// Reads and checks a stored set with the log position it includes; `None` if none is
+    /// stored.
+    pub(super) fn read_set(
+        &self,
+        tags: &TagDict,
+        tag: u32,
+        bucket: i64,
+    ) -> Result<Option<(SketchSet<Event>, u64)>> {
+        let Some((events, log_pos)) = self.read_header(tags, tag, bucket)? else {
+            return Ok(None);
+        };
+        let missing = |part: Part| StoreError::DamagedLog {
+            name: self.blob_name(tags, part, tag, bucket),
+            detail: "missing".into(),
+        };
+        let set = SketchSet {
+            bloom: self
+                .read_part::<BloomFilter>(tags, Part::Bloom, tag, bucket)?
+                .ok_or_else(|| missing(Part::Bloom))?,
+            hll: self
+                .read_part::<HyperLogLog>(tags, Part::Hll, tag, bucket)?
+                .ok_or_else(|| missing(Part::Hll))?,
+            theta: self
+                .read_part::<Theta>(tags, Part::Theta, tag, bucket)?
+                .ok_or_else(|| missing(Part::Theta))?,
+            cms: self
+                .read_part::<CountMin>(tags, Part::CountMin, tag, bucket)?
+                .ok_or_else(|| missing(Part::CountMin))?,
+            reservoir: self
+                .read_part::<Reservoir<Event>>(tags, Part::Reservoir, tag, bucket)?
+                .ok_or_else(|| missing(Part::Reservoir))?,
+            events,
+        };
+        set.validate().map_err(|source| StoreError::Damaged {
+            name: self.blob_name(tags, Part::Header, tag, bucket),
+            source,
+        })?;
+        Ok(Some((set, log_pos)))
+    }
+}

@@ -1,0 +1,141 @@
+//! The writer's state in memory: the tag dictionary, the sets held for ingest with their log
+//! positions and dirtiness, the open log block and the blocks waiting for their index entries,
+//! the all-time filter, the clock that orders uses and changes, and what they cost in memory.
+//!
+//! Owns: the [`State`] behind the store's mutex and its bookkeeping. Must not: do I/O (loading
+//! and writing sets is `sets`, `checkpoint` and `import`'s business).
+
+use super::model::Event;
+use super::{log, ops, Store};
+use crate::sketch::{ScalableBloom, Sketch, SketchSet};
+use rustc_hash::FxHashMap;
+use std::collections::HashMap;
+
+pub(crate) struct Active {
+    pub(crate) set: SketchSet<Event>,
+    /// Events with sequence numbers below this are in `set` (as stored or replayed).
+    pub(super) log_pos: u64,
+    pub(super) dirty: bool,
+    pub(super) last_used: u64,
+}
+#[derive(Default)]
+pub(crate) struct TagDict {
+    pub(super) by_name: HashMap<String, u32>,
+    /// field -> value -> id, so ingest looks a tag up without building its name.
+    pub(super) by_pair: FxHashMap<String, FxHashMap<String, u32>>,
+    /// `names[id - 1]` is tag `id`'s `field:value`.
+    pub(super) names: Vec<String>,
+    /// Ids below this are stored; the rest must be written with the next log block.
+    pub(super) persisted: u32,
+}
+
+impl TagDict {
+    pub(crate) fn id(&self, name: &str) -> Option<u32> {
+        self.by_name.get(name).copied()
+    }
+
+    pub(crate) fn name(&self, id: u32) -> Option<&str> {
+        id.checked_sub(1)
+            .and_then(|i| self.names.get(i as usize))
+            .map(String::as_str)
+    }
+
+    pub(super) fn intern(&mut self, name: &str) -> u32 {
+        if let Some(id) = self.id(name) {
+            return id;
+        }
+        self.names.push(name.to_string());
+        let id = self.names.len() as u32;
+        self.by_name.insert(name.to_string(), id);
+        if let Some((field, value)) = name.split_once(':') {
+            self.by_pair
+                .entry(field.to_string())
+                .or_default()
+                .insert(value.to_string(), id);
+        }
+        id
+    }
+
+    /// The id of tag `field:value`, interning it if new.
+    pub(super) fn intern_pair(&mut self, field: &str, value: &str) -> u32 {
+        match self.by_pair.get(field).and_then(|values| values.get(value)) {
+            Some(&id) => id,
+            None => self.intern(&format!("{field}:{value}")),
+        }
+    }
+
+    /// Forgets ids handed out after `len` (a rejected batch must leave no trace).
+    pub(super) fn truncate(&mut self, len: usize) {
+        for name in self.names.drain(len..) {
+            self.by_name.remove(&name);
+            if let Some((field, value)) = name.split_once(':') {
+                if let Some(values) = self.by_pair.get_mut(field) {
+                    values.remove(value);
+                }
+            }
+        }
+    }
+
+    pub(crate) fn all(&self) -> impl Iterator<Item = (u32, &str)> {
+        self.names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (i as u32 + 1, n.as_str()))
+    }
+}
+impl State {
+    /// Moves the open block to the sealed ones (infallible: encoding waits for the write).
+    pub(super) fn seal_block(&mut self) {
+        let next = log::BlockBuilder::new(self.next_seq);
+        let mut full = std::mem::replace(&mut self.open_block, next);
+        full.seal();
+        self.sealed.push(full);
+    }
+}
+pub(crate) struct State {
+    pub(crate) tags: TagDict,
+    pub(super) next_seq: u64,
+    /// Events ingested but not yet in the log: full blocks whose early write failed (the next
+    /// flush retries them), and the block being filled.
+    pub(super) sealed: Vec<log::BlockBuilder>,
+    /// Full blocks already written under their `L` keys whose `I` entries wait for the next
+    /// flush or checkpoint batch. Until then they are not part of the log (nothing reads an `L`
+    /// key without its `I` entry), and a rollback or the next open removes them.
+    pub(super) unindexed: Vec<log::BlockInfo>,
+    pub(super) open_block: log::BlockBuilder,
+    pub(crate) sets: FxHashMap<(u32, i64), Active>,
+    pub(crate) all_time: ScalableBloom,
+    pub(super) all_time_pos: u64,
+    pub(super) checkpoint_pos: u64,
+    pub(super) since_checkpoint: u64,
+    pub(super) clock: u64,
+    /// Per (tag, bucket): the clock value of its last change, for cache validation.
+    pub(crate) modified: FxHashMap<(u32, i64), u64>,
+    pub(crate) cache: ops::Cache,
+    /// A background checkpoint that failed inside `ingest_batch`, reported by the next flush.
+    pub(super) deferred_error: Option<String>,
+    /// The newest event time seen (retention is measured against it).
+    pub(super) newest: Option<i64>,
+    /// Events older than this were dropped from the log by retention.
+    pub(crate) log_retained_from: Option<i64>,
+    /// Inside [`Store::import`]: nothing may reach the disk until it commits, so checkpoints
+    /// and log writes wait.
+    pub(super) importing: bool,
+    /// Why this state can no longer be trusted (a rollback failed): every call then fails with
+    /// [`StoreError::MustReopen`], and nothing more is written.
+    pub(super) broken: Option<String>,
+}
+
+/// Bytes held in memory by a store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryUse {
+    /// Sketch sets held for ingest (what [`Config::memory_budget`] bounds).
+    pub sets: usize,
+    /// Merged results kept for reuse (what [`Config::cache_bytes`] bounds).
+    pub cache: usize,
+}
+impl Store {
+    pub(super) fn sets_bytes(st: &State) -> usize {
+        st.sets.values().map(|a| a.set.size_bytes()).sum()
+    }
+}

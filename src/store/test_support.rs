@@ -1,0 +1,58 @@
+//! Helpers shared by the store's unit tests.
+
+use super::model::Slice;
+use super::{keys, Config, Event, Store, TimeRange};
+use crate::gen::wallet_address;
+use std::path::PathBuf;
+
+pub(crate) fn tempdir(name: &str) -> PathBuf {
+    let dir =
+        std::env::temp_dir().join(format!("sketchdb-store-unit-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+pub(crate) fn config() -> Config {
+    Config {
+        sketches: crate::sketch::SketchConfig {
+            bloom_capacity: 20_000,
+            reservoir_size: 50,
+            ..crate::sketch::SketchConfig::default()
+        },
+        ..Config::default()
+    }
+}
+
+/// `n` events from `first` on one day, alternating chains.
+pub(crate) fn events(first: u64, n: u64) -> Vec<Event> {
+    (first..first + n)
+        .map(|i| {
+            let chain = if i % 2 == 0 { "a" } else { "b" };
+            Event::new(
+                1_764_547_200_000 + i as i64,
+                wallet_address(9, i),
+                &[("chain", chain)],
+            )
+        })
+        .collect()
+}
+
+/// The first sequence numbers of the `L` and of the `I` keys.
+pub(crate) fn block_keys(store: &Store) -> (Vec<u64>, Vec<u64>) {
+    let seqs = |prefix: u8| -> Vec<u64> {
+        store
+            .db
+            .scan_prefix([prefix])
+            .keys()
+            .map(|k| keys::seq_of(&k.expect("key")).expect("a seq"))
+            .collect()
+    };
+    (seqs(keys::LOG), seqs(keys::INDEX))
+}
+
+pub(crate) fn logged_events(store: &Store) -> usize {
+    store
+        .events(&Slice::Whole, &TimeRange::all())
+        .expect("scan")
+        .len()
+}
