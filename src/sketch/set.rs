@@ -516,7 +516,7 @@ mod tests {
                 assert!(f.set_memory < 2_500, "{} bytes in memory", f.set_memory);
                 assert!(f.set_encoded < 1_200, "{} bytes encoded", f.set_encoded);
             }
-            if n.is_power_of_two() || n % 10_000 == 0 {
+            if n.is_power_of_two() || n.is_multiple_of(10_000) {
                 let f = footprint(&set);
                 assert!(f.set_memory >= last, "{n}: memory shrank");
                 last = f.set_memory;
