@@ -260,6 +260,23 @@ impl<'s> Session<'s> {
             super::answer::Value::Text(ref t) if t == "no" => {
                 format!("{head}; 'no' holds for {asked_label} too")
             }
+            super::answer::Value::Text(ref t) if t == "yes" => {
+                // An exact form holds the item for the covering buckets, which says nothing
+                // certain about the part of them that was asked.
+                a.value = super::answer::Value::Text("maybe".into());
+                format!("{head}; the covering buckets hold the item, so it may or may not occur in {asked_label}")
+            }
+            super::answer::Value::List(ref mut rows) => {
+                // Counts of the covering buckets (exact ones too): for the asked part of them an
+                // item's count lies between 0 and that.
+                for row in rows.iter_mut() {
+                    if let Some(o) = row.as_object_mut() {
+                        o.insert("exact".into(), serde_json::json!(false));
+                        o.insert("lower".into(), serde_json::json!(0));
+                    }
+                }
+                format!("{head}; for {asked_label} each count lies between 0 and the one given")
+            }
             _ => head,
         };
         Ok(a.note(note))
