@@ -166,10 +166,20 @@ fn gen_ingest_and_every_statement_form_against_the_truth() {
         (10_050.0, Some(true))
     );
 
-    // SEEN: a bot is "maybe" (never "no": no false negatives); an absent wallet is "no" here.
+    // SEEN: a bot is never "no" (no false negatives); the day's 10,050 wallets are under the
+    // Bloom filter's exact-form limit, so its fingerprint answers "yes", exactly (issue 12). An
+    // absent wallet is "no" here.
     let bot = ta.bots.iter().next().expect("a bot").clone();
     let s = query_json(&db, &format!("SEEN {bot} FROM 2026-11-28 TO 2026-11-28"));
-    assert_eq!(s["value"], "maybe", "{s}");
+    assert_eq!(
+        (&s["value"], &s["method"], &s["exact"]),
+        (
+            &serde_json::json!("yes"),
+            &serde_json::json!("bloom-exact"),
+            &serde_json::json!(true)
+        ),
+        "{s}"
+    );
     let s = query_json(&db, &format!("SEEN {bot} FROM 2026-11-30 TO 2026-11-30"));
     assert_eq!(
         s["value"], "no",
