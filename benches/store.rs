@@ -7,7 +7,7 @@
 use criterion::{BatchSize, Criterion, Throughput};
 use sketchdb::gen::{splitmix64, wallet_address};
 use sketchdb::sketch::SketchConfig;
-use sketchdb::store::{Config, Event, Slice, Store, TimeRange};
+use sketchdb::store::{Config, Engine, Event, SledEngine, Slice, Store, TimeRange};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -38,16 +38,13 @@ fn fresh_dir(name: &str) -> PathBuf {
     dir
 }
 
-/// Bytes of values under one key prefix, read back through sled.
+/// Bytes of keys and values under one key prefix, read back through the store's engine.
 fn bytes_under(dir: &Path, prefix: &[u8]) -> (u64, u64) {
-    let db = sled::Config::new()
-        .path(dir)
-        .segment_size(sketchdb::store::SEGMENT_BYTES)
-        .open()
-        .expect("raw open");
+    let db = SledEngine::open(dir).expect("raw open").expect("a store");
     let mut bytes = 0u64;
     let mut n = 0u64;
-    for entry in db.scan_prefix(prefix) {
+    let end = [prefix[0] + 1];
+    for entry in db.range(prefix, Some(&end)) {
         let (k, v) = entry.expect("entry");
         bytes += (k.len() + v.len()) as u64;
         n += 1;

@@ -13,8 +13,15 @@
 //! - [`store`]: the durable, time-bucketed store of sketch sets and the raw event log.
 //! - [`ingest`]: JSONL and CSV input to store events, all-or-nothing per input.
 //! - [`query`]: the query language, from text to an answer with its bound.
-//! - [`shell`]: the REPL over a store.
+//! - `shell`: the REPL over a store (with the default `cli` feature only).
 //! - [`demo`]: the demo store and the cheat-sheet report.
+//!
+//! The types a service meets first are at the crate root: [`Store`], [`Config`], [`Event`],
+//! [`Answer`] and the errors of each layer. Without default features (`default-features =
+//! false`) the crate is the library alone: no argument parser, line editor or progress bar is
+//! built.
+//!
+//! [`guide`] is docs/LIBRARY.md, whose examples are compiled and run as doc-tests.
 
 pub mod codec;
 pub mod demo;
@@ -22,12 +29,20 @@ pub mod gen;
 pub mod hash;
 pub mod ingest;
 pub mod query;
+#[cfg(feature = "cli")]
 pub mod shell;
 pub mod sketch;
 pub mod store;
+
+pub use ingest::IngestError;
+pub use query::{Answer, QueryError, Row, Session, SyntaxError, Value};
+pub use store::{BucketWidth, Config, Event, Slice, Store, StoreError, TimeRange};
 
 pub use hash::{Item, ItemHashes};
 pub use sketch::{
     BloomFilter, CountMin, Estimate, HyperLogLog, ItemSketch, Reservoir, ScalableBloom, Sketch,
     SketchConfig, SketchError, SketchKind, SketchSet, Theta,
 };
+
+#[doc = include_str!("../docs/LIBRARY.md")]
+pub mod guide {}

@@ -41,8 +41,15 @@ fn every_answer_is_checked_and_the_counter_examples_fail_as_the_reference_says()
     }
 
     // Every exact answer equals the truth, and sketchdb's estimates hold it within their bounds.
-    // The estimates are deterministic (fixed seeds and hash seeds); about 12 of them are 95%
-    // intervals, so an honest run may miss one, and we allow at most two (P ≈ 2% at random).
+    // The estimates are deterministic (fixed seeds and hash seeds). The bounded ones (verdict
+    // Within or Outside) are 95% intervals or tighter, so their misses are at most
+    // Binomial(bounded, 0.05): allowed up to that binomial's 99.9% quantile, so a correct run
+    // fails with probability below 0.1% (the old bar, "at most 2 of about 12, P ≈ 2%", had a
+    // count nobody checked). Their calibration is the sketch tests' job: one run of a dozen
+    // or two intervals cannot tell a too-wide interval from a right one.
+    let bounded = (report.count(Verdict::Within) + report.count(Verdict::Outside)) as u64;
+    assert!(bounded >= 10, "{report}");
+    let allowed = binomial_quantile(bounded, 0.05, 0.999);
     let exact = report.count(Verdict::Exact);
     assert!(exact >= 5, "{report}");
     for f in &report.findings {
@@ -53,7 +60,10 @@ fn every_answer_is_checked_and_the_counter_examples_fail_as_the_reference_says()
             assert_eq!(f.verdict, Verdict::Exact, "{f:?}");
         }
     }
-    assert!(report.count(Verdict::Outside) <= 2, "{report}");
+    assert!(
+        report.count(Verdict::Outside) as u64 <= allowed,
+        "more than {allowed} of {bounded} bounds missed: {report}"
+    );
 
     // The three wrong tools: the sample's distinct counts (both streams) and inclusion–exclusion.
     let wrong: Vec<&str> = report
@@ -102,4 +112,17 @@ fn every_answer_is_checked_and_the_counter_examples_fail_as_the_reference_says()
         "the fallback says so"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The smallest x with P(X ≤ x) ≥ q for X ~ Binomial(n, p).
+fn binomial_quantile(n: u64, p: f64, q: f64) -> u64 {
+    let mut ln_pmf = n as f64 * (1.0 - p).ln();
+    let mut cdf = ln_pmf.exp();
+    let mut x = 0;
+    while cdf < q && x < n {
+        ln_pmf += ((n - x) as f64).ln() - ((x + 1) as f64).ln() + p.ln() - (1.0 - p).ln();
+        x += 1;
+        cdf += ln_pmf.exp();
+    }
+    x
 }

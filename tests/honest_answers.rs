@@ -43,7 +43,7 @@ fn number(a: &Answer) -> f64 {
     }
 }
 
-fn rows(a: &Answer) -> &Vec<serde_json::Value> {
+fn rows(a: &Answer) -> &Vec<sketchdb::Row> {
     match &a.value {
         Value::List(r) => r,
         other => panic!("not a list: {other:?}"),

@@ -6,6 +6,7 @@ use rexpect::session::{spawn_command, PtySession};
 use sketchdb::store::{Config, Event, Store};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 const TIMEOUT_MS: u64 = 10_000;
 const DAY: i64 = 86_400_000;
@@ -224,27 +225,242 @@ fn repl_unwritable_history_warns_once_and_goes_on() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// What `sketchdb query --json` prints for `statement` on the fixture (the REPL must not be
+/// running on it: the store takes one process at a time).
+fn cli_json(dir: &Path, statement: &str) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_sketchdb"))
+        .arg("--db")
+        .arg(dir.join("store.db"))
+        .args(["query", "--json", statement])
+        .output()
+        .expect("run sketchdb query");
+    assert!(out.status.success(), "{statement}: {out:?}");
+    String::from_utf8(out.stdout)
+        .expect("utf-8")
+        .trim_end()
+        .to_string()
+}
+
+/// What `sketchdb query --json` prints for statements given on its standard input (errors
+/// included: it goes on past them).
+fn cli_json_lines(dir: &Path, input: &str) -> String {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sketchdb"))
+        .arg("--db")
+        .arg(dir.join("store.db"))
+        .args(["query", "--json"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run sketchdb query");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input.as_bytes())
+        .expect("write stdin");
+    let out = child.wait_with_output().expect("wait");
+    String::from_utf8(out.stdout)
+        .expect("utf-8")
+        .trim_end()
+        .to_string()
+}
+
 #[test]
-fn repl_json_lines_and_a_dumb_terminal_carry_no_escapes() {
+fn repl_json_lines_are_the_query_json_form_and_a_dumb_terminal_carries_no_escapes() {
     let dir = fixture("json");
+    // Statements whose answers do not depend on the clock or on chance (the one event of
+    // 2026-11-30 is the only row SAMPLE can give).
+    let statements = [
+        "COUNT",
+        "DISTINCT wallets FROM ALL",
+        "TOP 2 wallets",
+        "SAMPLE 1 FROM 2026-11-30 TO 2026-11-30",
+        "SHOW TAGS",
+        "SEEN 0xa FROM 2026-12-01",
+    ];
+    let expected: Vec<String> = statements.iter().map(|s| cli_json(&dir, s)).collect();
     // TERM=dumb: no line editing, so not even cursor movement; output must be escape-free.
     let mut p = spawn(&dir, &[("TERM", "dumb")]);
     let mut seen = String::new();
     p.send_line("\\json").expect("send");
     seen += &p.exp_string("JSON answers on").expect("toggle");
-    p.send_line("COUNT").expect("send");
+    for (statement, want) in statements.iter().zip(&expected) {
+        p.send_line(statement).expect("send");
+        // The line as `query --json` prints it, byte for byte (keys in its order, its numbers).
+        let (before, line) = p
+            .exp_regex(r#"\{"kind":[^\r\n]*\}"#)
+            .unwrap_or_else(|e| panic!("{statement}: {e}"));
+        seen += &before;
+        seen += &line;
+        assert_eq!(&line, want, "{statement}");
+    }
+    p.send_line("COUNT FROM nowhere").expect("send");
     let (before, line) = p
-        .exp_regex(r#"\{"buckets":2,"elapsed_ms":[0-9.]+,"exact":true,"kind":"count"[^\r\n]*\}"#)
-        .expect("json answer");
+        .exp_regex(r#"\{"kind":"error"[^\r\n]*\}"#)
+        .expect("json error");
     seen += &before;
     seen += &line;
-    let json: serde_json::Value = serde_json::from_str(&line).expect("valid json");
-    assert_eq!(json["value"], 3.0);
-    p.send_line("COUNT FROM nowhere").expect("send");
-    seen += &p.exp_string(r#"{"error":"#).expect("json error");
     seen += &prompt(&mut p, "prompt");
     seen += &quit(p);
     assert!(!seen.contains('\x1b'), "escape in output: {seen:?}");
+    // The error is the CLI's error line for the same statement, less the input line number
+    // that only a script of statements has.
+    let cli = cli_json_lines(&dir, "COUNT FROM nowhere\n");
+    assert_eq!(
+        cli.strip_suffix(",\"line\":1}"),
+        line.strip_suffix('}'),
+        "{cli}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Several statements on one line, a paste of several lines (bracketed, as a terminal sends
+/// it), and lines typed ahead in one burst each run, in order, each with its answer.
+#[test]
+fn repl_runs_every_statement_of_a_line_a_paste_and_typed_ahead_lines_in_order() {
+    let dir = fixture("paste");
+    let mut p = spawn(&dir, &[]);
+
+    // One line, three statements, with and without `;`.
+    p.send_line("COUNT ON chain:a; COUNT ON chain:b;COUNT")
+        .expect("send");
+    p.exp_string("2  (exact").expect("first: chain:a");
+    p.exp_string("1  (exact").expect("second: chain:b");
+    p.exp_string("3  (exact").expect("third: all");
+    prompt(&mut p, "prompt after three");
+
+    // A bracketed paste of three lines (the last without `;`), then Enter.
+    p.send("\x1b[200~COUNT ON chain:b;\nSHOW TAGS\nCOUNT ON chain:a\n\x1b[201~")
+        .expect("paste");
+    p.send("\r").expect("enter");
+    p.flush().expect("flush");
+    p.exp_string("1  (exact").expect("pasted: chain:b");
+    p.exp_string("2 rows").expect("pasted: show tags");
+    p.exp_string("2  (exact").expect("pasted: chain:a");
+    prompt(&mut p, "prompt after the paste");
+
+    // Lines typed ahead in one burst (a paste without bracketed paste, or keys typed while a
+    // query ran): the editor reads them together; none may be dropped.
+    p.send("COUNT ON chain:b\rDISTINCT wallets ON chain:a FROM ALL\rCOUNT\r")
+        .expect("burst");
+    p.flush().expect("flush");
+    p.exp_string("1  (exact").expect("typed ahead: chain:b");
+    p.exp_string("1  (95% CI")
+        .expect("typed ahead: distinct on chain:a");
+    p.exp_string("3  (exact").expect("typed ahead: count");
+    prompt(&mut p, "prompt after the burst");
+    quit(p);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The caret sits under the offending character as the terminal shows the line: after a CJK
+/// value (two columns a character) and after a tab (the caret line repeats it).
+#[test]
+fn repl_caret_sits_under_the_error_after_wide_characters_and_tabs() {
+    let dir = fixture("caret");
+    let mut p = spawn(&dir, &[]);
+    // (rexpect reads bytes as chars, so the needles are the ASCII parts.)
+    p.send_line("SEEN '数字' FORM today").expect("send");
+    // "SEEN '数字' " is 12 columns: S E E N, space, quote, 2 + 2, quote, space.
+    p.exp_string(" FORM today\r\n            ^\r\nerror: syntax error")
+        .expect("caret after CJK");
+    prompt(&mut p, "prompt");
+    // A tab typed at the prompt asks for completion, so it arrives in a (bracketed) paste.
+    p.send("\x1b[200~SEEN\t0xa FORM today\x1b[201~")
+        .expect("paste");
+    p.send("\r").expect("enter");
+    p.flush().expect("flush");
+    p.exp_string("FORM today\r\n    \t    ^\r\nerror: syntax error")
+        .expect("caret after a tab");
+    prompt(&mut p, "prompt");
+    quit(p);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A store big enough that an exact distinct count scans for seconds: `n` events from `n`
+/// wallets over 30 days.
+fn big_fixture(name: &str, n: u64) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sketchdb-repl-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let store = Store::create(dir.join("store.db"), Config::default()).expect("create store");
+    let mut batch = Vec::with_capacity(16_384);
+    for i in 0..n {
+        let t = DEC_1 + (i as i64 * 7_919) % (30 * DAY);
+        batch.push(Event::new(
+            t,
+            sketchdb::gen::wallet_address(5, i),
+            &[("chain", "a")],
+        ));
+        if batch.len() == batch.capacity() {
+            store.ingest_batch(&batch).expect("ingest");
+            batch.clear();
+        }
+    }
+    store.ingest_batch(&batch).expect("ingest");
+    store.flush().expect("flush");
+    dir
+}
+
+/// `(1.52 s)` or `(820.13 ms)` as a duration.
+fn timing_of(text: &str) -> Duration {
+    let (number, unit) = text
+        .trim_start_matches('(')
+        .trim_end_matches(')')
+        .split_once(' ')
+        .unwrap_or_else(|| panic!("not a timing: {text}"));
+    let x: f64 = number.parse().expect("timing number");
+    Duration::from_secs_f64(if unit == "s" { x } else { x / 1000.0 })
+}
+
+/// Ctrl-C while a long query runs cancels the query, not the REPL: "cancelled" comes back
+/// within a fraction of a second, and the next statement runs.
+#[test]
+fn repl_ctrl_c_cancels_a_running_query_and_the_session_goes_on() {
+    let dir = big_fixture("cancel", 4_000_000);
+    let mut p = spawn(&dir, &[]);
+    let statement = "EXACT DISTINCT wallets FROM ALL";
+
+    // Once to its end, for scale.
+    p.send_line(statement).expect("send");
+    p.exp_string("4,000,000  (exact").expect("the full answer");
+    let (_, took) = p.exp_regex(r"\(\d+\.\d\d m?s\)").expect("timing");
+    let whole = timing_of(&took);
+    assert!(
+        whole >= Duration::from_millis(800),
+        "the scan took only {whole:?}: too short to tell a cancel from the end"
+    );
+    prompt(&mut p, "prompt after the full query");
+
+    // Again, and Ctrl-C an eighth of the way in.
+    p.send_line(statement).expect("send");
+    std::thread::sleep(whole / 8);
+    let pressed = Instant::now();
+    p.send_control('c').expect("ctrl-c");
+    let (_, took) = p
+        .exp_regex(r"cancelled \(\d+\.\d\d m?s\)")
+        .expect("cancelled, not ended");
+    let seen_after = pressed.elapsed();
+    let ran = timing_of(took.trim_start_matches("cancelled "));
+    assert!(
+        ran < whole / 2,
+        "ran {ran:?} of a {whole:?} query before stopping"
+    );
+    // The scan stops within a log block; what is left is the pty and the test's own reading.
+    assert!(
+        seen_after < Duration::from_millis(500),
+        "'cancelled' came {seen_after:?} after Ctrl-C"
+    );
+    prompt(&mut p, "prompt after cancel");
+
+    // The session goes on: the next statements answer.
+    p.send_line("COUNT").expect("send");
+    p.exp_string("4,000,000  (exact")
+        .expect("count after cancel");
+    prompt(&mut p, "prompt");
+    quit(p);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -4,7 +4,10 @@
 use rand::{rngs::StdRng, SeedableRng};
 use sketchdb::gen::wallet_address;
 use sketchdb::sketch::{Sketch, SketchConfig};
-use sketchdb::store::{keys, BucketWidth, Config, Event, Slice, Store, StoreError, TimeRange};
+use sketchdb::store::{
+    keys, BucketWidth, Config, Engine, Event, SledEngine, Slice, Store, StoreError, TimeRange,
+    WriteBatch,
+};
 use std::sync::Arc;
 
 const DAY: i64 = 86_400_000;
@@ -45,6 +48,15 @@ fn events() -> Vec<Event> {
     out
 }
 
+/// Writes `value` under `key` in the (closed) store at `dir`, behind the store's back.
+fn poke(dir: &std::path::Path, key: &[u8], value: Vec<u8>) {
+    let engine = SledEngine::open(dir).expect("raw").expect("a store");
+    let mut batch = WriteBatch::default();
+    batch.put(key.to_vec(), value).expect("put");
+    engine.apply(batch).expect("apply");
+    engine.sync().expect("sync");
+}
+
 #[test]
 fn ingest_route_flush_reopen_and_answer() {
     let dir = tempdir();
@@ -80,6 +92,8 @@ fn check_answers(store: &Store, total: u64) {
     let hll = store.merged_hll(&Slice::Whole, &all).expect("hll");
     assert_eq!(hll.buckets, 3);
     let d = hll.sketch.expect("some").estimate();
+    // Within 4 large-count standard errors (0.81%); the RSE at 11,000 is lower still (0.59%),
+    // so a correct sketch fails this with probability below 1e-7.
     assert!((d.value / 11_000.0 - 1.0).abs() < 4.0 * 0.0081, "{d:?}");
     // One day only: wallets with i % 3 == 1.
     let day1 = TimeRange::between(T0 + DAY, T0 + 2 * DAY);
@@ -111,6 +125,8 @@ fn check_answers(store: &Store, total: u64) {
         .expect("seen");
     assert!(in_range.maybe);
     assert_eq!(in_range.buckets, 3);
+    // Not a statistical bound: each of the 3 filters is within its capacity, so its rate is at
+    // most the 1% it was sized for and the compounded rate at most 1 − 0.99³ < 3%.
     let p = in_range.false_positive_rate;
     assert!(p > 0.0 && p < 0.03, "compounded rate {p}");
     let never = (0..200u64)
@@ -121,6 +137,8 @@ fn check_answers(store: &Store, total: u64) {
                 .maybe
         })
         .count();
+    // Each absent wallet is a false "maybe" with probability at most the all-time filter's 1%:
+    // at most Binomial(200, 0.01) (mean 2), and 10 or more has probability 4e-5.
     assert!(never < 10, "{never} of 200 absent wallets reported maybe");
 
     let f = store
@@ -170,14 +188,8 @@ fn opening_errors_name_the_path_and_never_create_an_empty_store() {
 
     // A future format version is refused, not misread.
     {
-        let db = sled::Config::new()
-            .path(&dir)
-            .segment_size(sketchdb::store::SEGMENT_BYTES)
-            .open()
-            .expect("raw");
         let blob = sketchdb::codec::encode(sketchdb::store::META_KIND, &99u32).expect("encode");
-        db.insert(keys::meta("format"), blob).expect("insert");
-        db.flush().expect("flush");
+        poke(&dir, &keys::meta("format"), blob);
     }
     let err = Store::open(&dir).err().expect("version");
     assert!(
@@ -204,20 +216,8 @@ fn a_format_1_store_is_refused_by_name_not_misread() {
         store.ingest_batch(&events()[..100]).expect("ingest");
         store.flush().expect("flush");
     }
-    let raw = || {
-        sled::Config::new()
-            .path(&dir)
-            .segment_size(sketchdb::store::SEGMENT_BYTES)
-            .open()
-            .expect("raw")
-    };
     let old = sketchdb::codec::encode(sketchdb::store::META_KIND, &1u32).expect("encode");
-    {
-        let db = raw();
-        db.insert(keys::meta("format"), old.clone())
-            .expect("insert");
-        db.flush().expect("flush");
-    }
+    poke(&dir, &keys::meta("format"), old.clone());
     let err = Store::open(&dir).err().expect("version 1 refused");
     assert!(
         matches!(
@@ -237,9 +237,9 @@ fn a_format_1_store_is_refused_by_name_not_misread() {
             && msg.contains(&dir.display().to_string()),
         "{msg}"
     );
-    let db = raw();
+    let db = SledEngine::open(&dir).expect("raw").expect("a store");
     assert_eq!(
-        db.get(keys::meta("format")).expect("get").as_deref(),
+        db.get(&keys::meta("format")).expect("get").as_deref(),
         Some(old.as_slice()),
         "the refused store is left as it was"
     );
@@ -279,18 +279,14 @@ fn a_damaged_sketch_is_named_and_the_rest_stays_usable() {
         store.flush().expect("flush");
     }
     {
-        let db = sled::Config::new()
-            .path(&dir)
-            .segment_size(sketchdb::store::SEGMENT_BYTES)
-            .open()
-            .expect("raw");
+        let engine = SledEngine::open(&dir).expect("raw").expect("a store");
         // Tag 1 is chain:a (first seen); damage its HLL of the second day.
         let key = keys::sketch(keys::Part::Hll, 1, T0 + DAY);
-        let mut v = db.get(key).expect("get").expect("present").to_vec();
+        let mut v = engine.get(&key).expect("get").expect("present");
         let mid = v.len() / 2;
         v[mid] ^= 0xff;
-        db.insert(key, v).expect("insert");
-        db.flush().expect("flush");
+        drop(engine);
+        poke(&dir, &key, v);
     }
     let store = Store::open(&dir).expect("open");
     let err = store
@@ -370,15 +366,27 @@ fn retention_drops_old_raw_events_but_never_sketches() {
         .is_some());
 }
 
+/// 48 hour buckets of two sets each (the whole stream and chain:a), each set far larger than
+/// the 2 MiB budget allows for all 96: ingest must evict (what is held after a checkpoint is
+/// within the budget, and less than all the sets) and every answer must stay what a store that
+/// never evicts gives: the same counts, the same merged HLL and Theta sketches, bit for bit.
 #[test]
 fn memory_budget_evicts_and_answers_stay_the_same() {
-    let dir = tempdir();
-    let config = Config {
+    let bounded = Config {
         memory_budget: 2 << 20,
         bucket: BucketWidth::Hour,
         ..small_config()
     };
-    let store = Store::create(&dir, config).expect("create");
+    let unbounded = Config {
+        memory_budget: 1 << 30,
+        ..bounded.clone()
+    };
+    let per_set = sketchdb::sketch::SketchSet::<Event>::largest_size_bytes(&bounded.sketches)
+        .expect("size") as usize;
+    assert!(
+        96 * per_set > 4 * bounded.memory_budget,
+        "the sets must not all fit: {per_set} bytes a set"
+    );
     let batch: Vec<Event> = (0..20_000u64)
         .map(|i| {
             Event::new(
@@ -388,21 +396,59 @@ fn memory_budget_evicts_and_answers_stay_the_same() {
             )
         })
         .collect();
-    for chunk in batch.chunks(1_000) {
-        store.ingest_batch(chunk).expect("ingest");
+    let evicting = Store::create(tempdir(), bounded.clone()).expect("create");
+    let keeping = Store::create(tempdir(), unbounded).expect("create");
+    for store in [&evicting, &keeping] {
+        for chunk in batch.chunks(1_000) {
+            store.ingest_batch(chunk).expect("ingest");
+        }
+        store.checkpoint().expect("checkpoint");
     }
-    let all = TimeRange::all();
-    assert_eq!(
-        store.count(&Slice::Whole, &all).expect("count"),
-        (20_000, 48)
+    // What the evicting store holds: within its budget, so sets were dropped; the other one
+    // still holds every set it built.
+    let held = evicting.memory_use().expect("memory").sets;
+    let all = keeping.memory_use().expect("memory").sets;
+    assert!(
+        held <= bounded.memory_budget,
+        "{held} bytes of sets held over a budget of {}",
+        bounded.memory_budget
     );
-    let d = store
-        .merged_hll(&Slice::Whole, &all)
+    assert!(
+        all > 4 * held,
+        "nothing was evicted: {held} held, {all} in all"
+    );
+
+    let range = TimeRange::all();
+    let a = Slice::tag("chain", "a");
+    for slice in [&Slice::Whole, &a] {
+        assert_eq!(evicting.count(slice, &range).expect("count"), (20_000, 48));
+        let got = evicting.merged_hll(slice, &range).expect("hll");
+        let want = keeping.merged_hll(slice, &range).expect("hll");
+        assert_eq!(got.buckets, 48);
+        assert!(got.sketch == want.sketch, "the evicted sets' HLL differs");
+        let got = evicting.merged_theta(slice, &range).expect("theta");
+        let want = keeping.merged_theta(slice, &range).expect("theta");
+        assert!(got.sketch == want.sketch, "the evicted sets' Theta differs");
+        for h in [0i64, 23, 47] {
+            let t = T0 + h * 3_600_000;
+            let got = evicting.sketch_set(slice, t).expect("read").expect("set");
+            let want = keeping.sketch_set(slice, t).expect("read").expect("set");
+            assert!(
+                got.bloom == want.bloom && got.cms == want.cms && got.events == want.events,
+                "hour {h}: a reloaded set differs from the one never evicted"
+            );
+        }
+    }
+    // 5,000 distinct wallets: the estimate within 4 of its own standard errors (the interval's
+    // half-width / 1.96), which a correct HLL leaves with probability 6e-5.
+    let d = evicting
+        .merged_hll(&Slice::Whole, &range)
         .expect("hll")
         .sketch
         .expect("some")
         .estimate();
-    assert!((d.value / 5_000.0 - 1.0).abs() < 0.01, "{d:?}");
+    let se = (d.upper - d.lower) / (2.0 * 1.959_964);
+    assert!((d.value - 5_000.0).abs() <= 4.0 * se, "{d:?}");
 }
 
 #[test]
@@ -428,29 +474,49 @@ fn concurrent_ingest_and_queries() {
             })
         })
         .collect();
+    // Readers query while the writers run: every call must succeed (an error is a failure, not
+    // something to skip), every count is whole batches and never goes back, and every merged
+    // HLL is a valid sketch whose estimate is consistent with the count it was read with.
     let readers: Vec<_> = (0..2)
         .map(|_| {
             let s = Arc::clone(&store);
             std::thread::spawn(move || {
                 let mut last = 0;
+                let mut sketches = 0;
                 for _ in 0..50 {
-                    let (n, _) = s.count(&Slice::Whole, &TimeRange::all()).unwrap_or((0, 0));
+                    let (n, _) = s
+                        .count(&Slice::Whole, &TimeRange::all())
+                        .expect("count while writers run");
                     assert!(
                         n >= last && n % 1_000 == 0,
                         "count {n} after {last}: a batch is applied whole"
                     );
                     last = n;
-                    if let Ok(m) = s.merged_hll(&Slice::Whole, &TimeRange::all()) {
-                        if let Some(h) = m.sketch {
-                            h.validate().expect("consistent sketch");
-                        }
+                    let m = s
+                        .merged_hll(&Slice::Whole, &TimeRange::all())
+                        .expect("merged HLL while writers run");
+                    if let Some(h) = m.sketch {
+                        h.validate().expect("consistent sketch");
+                        // Read after the count, so at least that many distinct wallets (every
+                        // event here has its own) are in it, give or take 5 standard errors.
+                        let e = h.estimate();
+                        let se = (e.upper - e.lower) / (2.0 * 1.959_964);
+                        assert!(e.value + 5.0 * se >= n as f64, "{e:?} after a count of {n}");
+                        sketches += 1;
+                    } else {
+                        assert_eq!(n, 0, "a count of {n} but no sketch");
                     }
                 }
+                (last, sketches)
             })
         })
         .collect();
-    for t in writers.into_iter().chain(readers) {
-        t.join().expect("thread");
+    for t in writers {
+        t.join().expect("writer");
+    }
+    for t in readers {
+        let (last, _) = t.join().expect("reader");
+        assert!(last <= 40_000);
     }
     let (n, _) = store
         .count(&Slice::Whole, &TimeRange::all())
@@ -1036,5 +1102,51 @@ fn a_panicking_scan_callback_leaves_the_store_usable() {
             .expect("count")
             .0,
         200
+    );
+}
+
+/// The configuration as stores written before `engine_cache_bytes` hold it.
+#[derive(serde::Serialize)]
+struct ConfigBeforeEngineCache {
+    item_field: String,
+    tag_fields: Vec<String>,
+    bucket: BucketWidth,
+    sketches: SketchConfig,
+    retention_ms: Option<i64>,
+    memory_budget: usize,
+    checkpoint_every: u64,
+    cache_bytes: usize,
+    lowercase_items: bool,
+}
+
+/// A store made before the engine's cache was configurable opens with the default bound and
+/// keeps its other settings (`lowercase_items` included, which the older fallback would drop).
+#[test]
+fn a_store_written_before_engine_cache_bytes_still_opens() {
+    let dir = tempdir();
+    let c = Config {
+        lowercase_items: true,
+        ..small_config()
+    };
+    drop(Store::create(&dir, c.clone()).expect("create"));
+    let old = ConfigBeforeEngineCache {
+        item_field: c.item_field.clone(),
+        tag_fields: c.tag_fields.clone(),
+        bucket: c.bucket,
+        sketches: c.sketches.clone(),
+        retention_ms: c.retention_ms,
+        memory_budget: c.memory_budget,
+        checkpoint_every: c.checkpoint_every,
+        cache_bytes: c.cache_bytes,
+        lowercase_items: c.lowercase_items,
+    };
+    let blob = sketchdb::codec::encode(sketchdb::store::META_KIND, &old).expect("encode");
+    poke(&dir, &keys::meta("config"), blob);
+    let store = Store::open(&dir).expect("an old store opens");
+    assert_eq!(store.config(), &c);
+    assert!(store.config().lowercase_items);
+    assert_eq!(
+        store.config().engine_cache_bytes,
+        sketchdb::store::model::DEFAULT_ENGINE_CACHE_BYTES
     );
 }

@@ -4,7 +4,7 @@
 
 use clap::{Args, Parser, Subcommand};
 use sketchdb::gen::{self, GenOptions, StreamKind};
-use sketchdb::ingest::{self, Format, Mapping, TimeUnit, Zone};
+use sketchdb::ingest::{self, Format, IngestError, Mapping, TimeUnit, Zone};
 use sketchdb::query::Session;
 use sketchdb::shell::{self, ShellOptions};
 use sketchdb::sketch::SketchConfig;
@@ -342,7 +342,14 @@ fn run(cli: Cli) -> Outcome {
             ignore_closed_pipe(
                 sketchdb::demo::run(&path, &opts, &mut out, &mut stage)
                     .map(|_| ())
-                    .map_err(|e| e.to_string()),
+                    .map_err(|e| match e {
+                        // The library's words for the directory are --db here.
+                        sketchdb::demo::DemoError::NotADemoStore { path } => format!(
+                            "{} exists and is not a demo store; the demo only replaces stores it made (remove it, or pass another --db)",
+                            path.display()
+                        ),
+                        other => other.to_string(),
+                    }),
             )
         }
     }
@@ -507,10 +514,19 @@ fn ingest_cmd(path: &Path, a: IngestArgs) -> Outcome {
     }
     let s = match result {
         Ok(s) => s,
-        Err(e) if format == Format::Jsonl && e.looks_like_csv() => {
-            return Err(Failure(format!("{e}; pass --format csv to read it as CSV")));
+        Err(e) => {
+            let mut text = match &e {
+                // The library names its option; here it is the flag.
+                IngestError::Bad(line) => format!(
+                    "{line}; nothing was ingested (the store is unchanged; --skip-bad ingests the good lines)"
+                ),
+                other => other.to_string(),
+            };
+            if format == Format::Jsonl && e.looks_like_csv() {
+                text.push_str("; pass --format csv to read it as CSV");
+            }
+            return Err(Failure(text));
         }
-        Err(e) => return Err(e.into()),
     };
     let mut out = format!(
         "ingested {} events from {} lines{} into {} bucket{} in {:.2} s ({} events/s); tags seen: {}",
@@ -683,8 +699,13 @@ fn query(path: &Path, a: QueryArgs) -> Outcome {
                 let msg = one_line(&e);
                 eprintln!("sketchdb: line {}: {msg}", n + 1);
                 if a.json {
-                    let obj = serde_json::json!({"kind": "error", "line": n + 1, "error": msg});
-                    writeln!(out, "{obj}")
+                    // `kind` first, as in an answer and the REPL's `\json` errors.
+                    let msg = serde_json::Value::String(msg);
+                    writeln!(
+                        out,
+                        "{{\"kind\":\"error\",\"error\":{msg},\"line\":{}}}",
+                        n + 1
+                    )
                 } else {
                     Ok(())
                 }

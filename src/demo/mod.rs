@@ -66,7 +66,7 @@ impl Default for DemoOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum DemoError {
     #[error(
-        "{} exists and is not a demo store; the demo only replaces stores it made (remove it, or pass another --db)",
+        "{} exists and is not a demo store; the demo only replaces stores it made (remove it, or give the demo another directory)",
         path.display()
     )]
     NotADemoStore { path: PathBuf },
@@ -161,6 +161,8 @@ pub fn run(
     ];
     prepare_dir(path)?;
     let store = Store::create(path, Config::default())?;
+    // The reservoirs too, so that the whole report (its samples included) follows from the seed.
+    store.seed_samples(opts.seed)?;
     std::fs::write(
         path.join(MARKER),
         "made by `sketchdb demo`; the next demo run replaces this store\n",
@@ -452,7 +454,19 @@ impl Demo<'_> {
         }
         if hidden > 0 {
             let at = 1 + shown;
-            lines.insert(at.min(lines.len()), format!("  … {hidden} more rows"));
+            // "more" only after rows that are shown.
+            let text = if shown > 0 {
+                format!(
+                    "  … {} more rows",
+                    crate::query::answer::thousands(hidden as f64)
+                )
+            } else {
+                format!(
+                    "  ({} rows not shown)",
+                    crate::query::answer::thousands(hidden as f64)
+                )
+            };
+            lines.insert(at.min(lines.len()), text);
         }
         for line in &lines {
             self.say(format!("    {line}"))?;

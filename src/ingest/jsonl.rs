@@ -214,9 +214,9 @@ impl<'de> de::Deserialize<'de> for Text<'de> {
 /// A value as written on the line, told apart by its first character. Numbers keep their exact
 /// text: a 30-digit wallet id stays itself instead of passing through `f64` (which would merge
 /// ids that differ past the 17th digit). Read through [`RawValue`] rather than a visitor's
-/// `visit_u64`/`visit_f64` for that reason, and because serde_json's `arbitrary_precision`
-/// (which this crate enables so that SAMPLE's JSON keeps every digit of the extra fields) hands
-/// numbers to `deserialize_any` visitors as a private one-entry map.
+/// `visit_u64`/`visit_f64` for that reason; it also behaves the same whether or not some other
+/// crate of the build turns on serde_json's `arbitrary_precision` (which hands numbers to
+/// `deserialize_any` visitors as a private one-entry map).
 enum Scalar<'de> {
     Text(Cow<'de, str>),
     /// A JSON number, as written.

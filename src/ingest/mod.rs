@@ -142,8 +142,10 @@ impl fmt::Display for BadLine {
 
 #[derive(Debug, thiserror::Error)]
 pub enum IngestError {
+    /// A bad line, without [`Options::skip_bad`]. (The message names the option; a front end
+    /// with a flag for it says so in its own words, as the CLI does with `--skip-bad`.)
     #[error(
-        "{0}; nothing was ingested (the store is unchanged; --skip-bad ingests the good lines)"
+        "{0}; nothing was ingested (the store is unchanged; Options::skip_bad ingests the good lines)"
     )]
     Bad(BadLine),
     #[error("reading the input: {0}; nothing was ingested (the store is unchanged)")]

@@ -3,8 +3,11 @@
 //!
 //! Numbers are held as `f64` (estimates have fractions), but every integral number is written
 //! to JSON as an integer: `1000`, not `1000.0`, so that tools comparing them (jq) see counts.
+//! The rows of a list answer are kept as JSON text ([`Row`]), so what an event carried comes
+//! back exactly as it was written.
 
 use serde::{Serialize, Serializer};
+use serde_json::value::RawValue;
 use std::fmt;
 
 /// What kind of question an answer answers.
@@ -26,7 +29,8 @@ pub enum Kind {
 pub enum Value {
     Number(f64),
     Text(String),
-    List(Vec<serde_json::Value>),
+    /// The rows of `TOP`, `SAMPLE` and `SHOW`.
+    List(Vec<Row>),
 }
 
 impl Serialize for Value {
@@ -34,9 +38,147 @@ impl Serialize for Value {
         match self {
             Value::Number(x) => number(x, s),
             Value::Text(t) => s.serialize_str(t),
-            // `Answer::list` made the rows' own integral floats integers already; a sample's
-            // extra fields are the user's and are written as they came.
-            Value::List(items) => s.collect_seq(items),
+            Value::List(rows) => s.collect_seq(rows),
+        }
+    }
+}
+
+/// One row of a list answer, kept as the JSON text `--json` writes.
+///
+/// A `SAMPLE` row is built as text with the event's extra fields spliced in as they were
+/// ingested, so they come back byte for byte: every digit of a 30-digit amount, `1E5` as `1E5`,
+/// the spacing inside a nested object, the fields in their order. (serde_json's
+/// `arbitrary_precision` would keep digits too, but Cargo would turn it on for every crate of a
+/// service that links this one, changing how its own serde_json code treats numbers.)
+///
+/// [`Row::json`] is that text. For convenience a row also derefs to a [`serde_json::Value`]
+/// read from it (`row["wallet"]`, `row.get("count")`); in that view numbers go through
+/// serde_json's own types, so digits past what `f64` holds are rounded, and a number no `f64`
+/// holds (`1e400`) appears as its text in a string. Serializing with serde_json writes the text
+/// itself.
+#[derive(Clone, Debug)]
+pub struct Row {
+    text: Box<RawValue>,
+    value: serde_json::Value,
+}
+
+impl Row {
+    /// The row's JSON text, as `--json` writes it.
+    pub fn json(&self) -> &str {
+        self.text.get()
+    }
+
+    /// The row read as a `serde_json::Value` (see the type's note on numbers).
+    pub fn value(&self) -> &serde_json::Value {
+        &self.value
+    }
+
+    /// A row of one value (integral numbers written as integers).
+    pub fn of(value: serde_json::Value) -> Row {
+        let value = integral(&value);
+        // A `serde_json::Value` always serializes (its keys are strings).
+        let text = serde_json::value::to_raw_value(&value).unwrap_or_default();
+        Row { text, value }
+    }
+}
+
+impl From<serde_json::Value> for Row {
+    fn from(v: serde_json::Value) -> Row {
+        Row::of(v)
+    }
+}
+
+impl std::ops::Deref for Row {
+    type Target = serde_json::Value;
+    fn deref(&self) -> &serde_json::Value {
+        &self.value
+    }
+}
+
+/// The JSON text, as `serde_json::Value`'s Display writes a value.
+impl fmt::Display for Row {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.json())
+    }
+}
+
+impl PartialEq for Row {
+    fn eq(&self, other: &Row) -> bool {
+        self.json() == other.json()
+    }
+}
+
+/// Compares the row's `serde_json::Value` view, so tests and callers can write
+/// `row == json!(...)`.
+impl PartialEq<serde_json::Value> for Row {
+    fn eq(&self, other: &serde_json::Value) -> bool {
+        &self.value == other
+    }
+}
+
+impl Serialize for Row {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.text.serialize(s)
+    }
+}
+
+/// Builds a [`Row`] object field by field, in the order given: values made here are written as
+/// serde_json writes them (integral numbers as integers), values spliced in raw as they are.
+#[derive(Default)]
+pub(crate) struct RowBuilder {
+    text: String,
+    view: serde_json::Map<String, serde_json::Value>,
+}
+
+impl RowBuilder {
+    pub(crate) fn new() -> Self {
+        RowBuilder::default()
+    }
+
+    /// Whether a field of this name is in the row already.
+    pub(crate) fn has(&self, key: &str) -> bool {
+        self.view.contains_key(key)
+    }
+
+    fn key(&mut self, key: &str) {
+        self.text.push(if self.text.is_empty() { '{' } else { ',' });
+        // A string always serializes.
+        self.text
+            .push_str(&serde_json::to_string(key).unwrap_or_else(|_| "\"\"".into()));
+        self.text.push(':');
+    }
+
+    /// A field with a value made here.
+    pub(crate) fn field(mut self, key: &str, value: serde_json::Value) -> Self {
+        let value = integral(&value);
+        self.key(key);
+        self.text.push_str(&value.to_string());
+        self.view.insert(key.to_string(), value);
+        self
+    }
+
+    /// A field whose value is JSON text kept as written.
+    pub(crate) fn raw(&mut self, key: &str, raw: &RawValue) {
+        self.key(key);
+        self.text.push_str(raw.get());
+        let view = serde_json::from_str(raw.get())
+            .unwrap_or_else(|_| serde_json::Value::String(raw.get().to_string()));
+        self.view.insert(key.to_string(), view);
+    }
+
+    pub(crate) fn finish(mut self) -> Row {
+        if self.text.is_empty() {
+            self.text.push('{');
+        }
+        self.text.push('}');
+        // Every piece above is JSON, so the whole is; checked all the same, as the text is
+        // what users read.
+        match RawValue::from_string(self.text) {
+            Ok(text) => Row {
+                text,
+                value: serde_json::Value::Object(self.view),
+            },
+            Err(_) => Row::of(serde_json::Value::Object(self.view)),
         }
     }
 }
@@ -169,20 +311,12 @@ impl Answer {
 
     pub(crate) fn list(
         kind: Kind,
-        items: Vec<serde_json::Value>,
+        rows: Vec<Row>,
         method: &str,
         exact: bool,
         buckets: usize,
     ) -> Self {
-        // Rows are built with `json!`, where a bound computed in f64 would print as `4984.0`.
-        // A sample's rows carry the user's extra fields, which must come back as written (`1.0`
-        // stays `1.0`, `1e-400` is not read through f64), so they are left alone.
-        let items = if kind == Kind::Sample {
-            items
-        } else {
-            items.iter().map(integral).collect()
-        };
-        Answer::new(kind, Value::List(items), method, exact, buckets)
+        Answer::new(kind, Value::List(rows), method, exact, buckets)
     }
 
     pub(crate) fn with_detail(mut self, detail: impl Into<String>) -> Self {
@@ -274,10 +408,10 @@ impl fmt::Display for Answer {
                     thousands(items.len() as f64),
                     self.detail
                 )?;
-                for item in items {
-                    match item {
+                for row in items {
+                    match row.value() {
                         serde_json::Value::String(s) => writeln!(f, "  {s}")?,
-                        other => writeln!(f, "  {other}")?,
+                        _ => writeln!(f, "  {}", row.json())?,
                     }
                 }
             }
@@ -340,7 +474,9 @@ mod tests {
             json.contains(r#""value":10.5,"lower":-3,"upper":1e+300"#),
             "{json}"
         );
-        let rows = vec![serde_json::json!({"count": 7, "lower": 4984.0, "nested": [2.0, 2.5]})];
+        let rows = vec![Row::of(
+            serde_json::json!({"count": 7, "lower": 4984.0, "nested": [2.0, 2.5]}),
+        )];
         let a = Answer::list(Kind::Top, rows, "countmin", false, 1);
         assert!(
             a.to_json()
@@ -349,5 +485,32 @@ mod tests {
             a.to_json()
         );
         assert!(a.to_string().contains(r#""lower":4984,"#), "{a}");
+    }
+
+    #[test]
+    fn rows_keep_spliced_text_byte_for_byte_in_their_order() {
+        let extra: Box<RawValue> =
+            serde_json::from_str(r#"{"b": [1E5,  2.50], "a": 123456789012345678901234567890}"#)
+                .expect("raw");
+        let mut b = RowBuilder::new().field("z", serde_json::json!(4984.0));
+        b.raw("x", &extra);
+        let huge: Box<RawValue> = serde_json::from_str("1e400").expect("raw");
+        b.raw("huge", &huge);
+        let row = b.finish();
+        let text = r#"{"z":4984,"x":{"b": [1E5,  2.50], "a": 123456789012345678901234567890},"huge":1e400}"#;
+        assert_eq!(row.json(), text);
+        assert_eq!(serde_json::to_string(&row).expect("json"), text);
+        // The view: keys readable, a number no f64 holds kept as its text.
+        assert_eq!(row["z"], 4984);
+        assert_eq!(row["x"]["b"][1], 2.5);
+        assert_eq!(row["huge"], "1e400");
+        let a = Answer::list(Kind::Sample, vec![row.clone()], "reservoir", false, 1);
+        assert!(
+            a.to_json().contains(&format!("\"value\":[{text}]")),
+            "{}",
+            a.to_json()
+        );
+        assert!(a.to_string().contains(&format!("\n  {text}\n")), "{a}");
+        assert_eq!(RowBuilder::new().finish().json(), "{}");
     }
 }

@@ -2,7 +2,7 @@
 //! of structure (the planner did) except the one SPEC.md gives it: when an approximate answer's
 //! interval is too wide and the raw events are there, it answers exactly and says so.
 
-use super::answer::{thousands, Answer, Kind};
+use super::answer::{thousands, Answer, Kind, Row, RowBuilder};
 use super::ast::{SetExpr, Statement};
 use super::parser::{parse, SyntaxError};
 use super::plan::{plan_with, Context, Method, Plan, RangeFit, RawLog, Refusal, Shape};
@@ -12,7 +12,10 @@ use crate::store::{Event, Slice, Store, StoreError, TimeRange};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rustc_hash::FxHashMap;
+use serde_json::value::RawValue;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 /// Everything that can stop a query.
 #[derive(Debug, thiserror::Error)]
@@ -23,6 +26,9 @@ pub enum QueryError {
     Refused(#[from] Refusal),
     #[error("{0}")]
     Store(#[from] StoreError),
+    /// The session's cancel flag ([`Session::cancel_handle`]) was set while the query ran.
+    #[error("cancelled")]
+    Cancelled,
 }
 
 /// When to replace an approximate answer by an exact one.
@@ -70,13 +76,15 @@ impl RawLog for StoreLog<'_> {
     }
 }
 
-/// A conversation with a store: the clock (`SET NOW`), fallback options and the random source
-/// for samples. `Store::query` uses a fresh one per call.
+/// A conversation with a store: the clock (`SET NOW`), fallback options, the random source
+/// for samples and a cancel flag. `Store::query` uses a fresh one per call.
 pub struct Session<'s> {
     pub store: &'s Store,
     pub now: Option<i64>,
     pub options: Options,
     rng: StdRng,
+    /// Set (by another thread or a signal handler) to stop the running query.
+    cancel: Arc<AtomicBool>,
 }
 
 impl<'s> Session<'s> {
@@ -86,7 +94,46 @@ impl<'s> Session<'s> {
             now: None,
             options: Options::default(),
             rng: StdRng::from_os_rng(),
+            cancel: Arc::default(),
         }
+    }
+
+    /// The flag that cancels this session's running query: store `true` in it (from another
+    /// thread, a timer, or a signal handler such as `signal_hook::flag::register`) and the
+    /// query returns [`QueryError::Cancelled`] within a fraction of a second: it is checked
+    /// between log blocks of a scan (a few thousand events) and between the sketches a query
+    /// merges. Each query clears the flag as it starts, so a cancel meant for one query never
+    /// stops the next, and the session goes on as before.
+    pub fn cancel_handle(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.cancel)
+    }
+
+    /// Makes `flag` this session's cancel flag (to share one flag among sessions, or one
+    /// registered with a signal handler before the session was made).
+    pub fn set_cancel_handle(&mut self, flag: Arc<AtomicBool>) {
+        self.cancel = flag;
+    }
+
+    /// `Err(Cancelled)` once the cancel flag is set.
+    fn check(&self) -> Result<(), QueryError> {
+        if self.cancel.load(Ordering::Relaxed) {
+            Err(QueryError::Cancelled)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// [`Store::scan_until`] stopped by the cancel flag.
+    fn scan(
+        &self,
+        slice: &Slice,
+        range: &TimeRange,
+        each: impl FnMut(&LogEvent<'_>),
+    ) -> Result<u64, QueryError> {
+        let cancel = &self.cancel;
+        self.store
+            .scan_until(slice, range, &|| cancel.load(Ordering::Relaxed), each)?
+            .ok_or(QueryError::Cancelled)
     }
 
     /// Reproducible samples.
@@ -140,13 +187,19 @@ impl<'s> Session<'s> {
 
     /// Parses, plans and runs one statement.
     pub fn query(&mut self, text: &str) -> Result<Answer, QueryError> {
+        self.cancel.store(false, Ordering::Relaxed);
         let plan = self.prepare(text)?;
-        self.run(&plan)
+        self.run_plan(&plan)
     }
 
     /// Runs a prepared plan. It is planned again first: a relative range (`FROM today`) is
     /// resolved against the current clock, and what the raw log holds may have changed.
     pub fn run(&mut self, plan: &Plan) -> Result<Answer, QueryError> {
+        self.cancel.store(false, Ordering::Relaxed);
+        self.run_plan(plan)
+    }
+
+    fn run_plan(&mut self, plan: &Plan) -> Result<Answer, QueryError> {
         let plan = self.plan(&plan.source())?;
         let scans = matches!(plan.method, Method::Scan | Method::ScanSample);
         if scans && !self.store.raw_events_retained(&plan.range)? {
@@ -270,9 +323,11 @@ impl<'s> Session<'s> {
                 // Counts of the covering buckets (exact ones too): for the asked part of them an
                 // item's count lies between 0 and that.
                 for row in rows.iter_mut() {
-                    if let Some(o) = row.as_object_mut() {
+                    let mut v = row.value().clone();
+                    if let Some(o) = v.as_object_mut() {
                         o.insert("exact".into(), serde_json::json!(false));
                         o.insert("lower".into(), serde_json::json!(0));
+                        *row = Row::of(v);
                     }
                 }
                 format!("{head}; for {asked_label} each count lies between 0 and the one given")
@@ -352,6 +407,7 @@ impl<'s> Session<'s> {
         let mut acc: Option<HyperLogLog> = None;
         let (mut buckets, mut bytes) = (0, 0);
         for s in slices {
+            self.check()?;
             let m = self.store.merged_hll(s, range)?;
             buckets += m.buckets;
             bytes += m.bytes;
@@ -381,6 +437,7 @@ impl<'s> Session<'s> {
         if let Some(t) = reads.merged.get(slice) {
             return Ok(t.clone());
         }
+        self.check()?;
         let m = self.store.merged_theta(slice, range)?;
         reads.buckets += m.buckets;
         reads.bytes += m.bytes;
@@ -517,7 +574,7 @@ impl<'s> Session<'s> {
         let eval = SetEval::new(self.store, &plan.shape)?;
         let mut wallets: FxHashMap<[u8; 20], u64> = FxHashMap::default();
         let mut raw: FxHashMap<Box<[u8]>, u64> = FxHashMap::default();
-        let decoded = self.store.scan(&Slice::Whole, &plan.range, |ev| {
+        let decoded = self.scan(&Slice::Whole, &plan.range, |ev| {
             let mask = eval.mask(ev);
             match ev.item {
                 ItemRef::Wallet(b) => {
@@ -551,7 +608,7 @@ impl<'s> Session<'s> {
             let mut buf = Vec::with_capacity(64);
             let mut found = false;
             let mut mask = 0;
-            self.store.scan(&Slice::Whole, &plan.range, |ev| {
+            self.scan(&Slice::Whole, &plan.range, |ev| {
                 item_key(&ev.item, &mut buf);
                 if buf == want {
                     mask |= eval.mask(ev);
@@ -582,6 +639,7 @@ impl<'s> Session<'s> {
         let mut bytes = 0;
         let mut saturated = false;
         for s in &slices {
+            self.check()?;
             let m = self.store.membership(s, &plan.range, value)?;
             maybe |= m.maybe;
             present |= m.present;
@@ -651,6 +709,7 @@ impl<'s> Session<'s> {
         let mut delta = 0.0;
         let mut exact = true;
         for s in &slices {
+            self.check()?;
             let f = self.store.frequency(s, &plan.range, value)?;
             est += f.estimate;
             bound += f.bound;
@@ -699,7 +758,7 @@ impl<'s> Session<'s> {
         item_key(&Store::item_key(value, &mut b), &mut want);
         let mut buf = Vec::with_capacity(64);
         let mut n = 0u64;
-        let decoded = self.store.scan(&Slice::Whole, &plan.range, |ev| {
+        let decoded = self.scan(&Slice::Whole, &plan.range, |ev| {
             item_key(&ev.item, &mut buf);
             if buf == want && eval.holds(eval.mask(ev)) {
                 n += 1;
@@ -729,7 +788,7 @@ impl<'s> Session<'s> {
         // the scan fits the budget).
         let eval = SetEval::new(self.store, &plan.shape)?;
         let mut n = 0u64;
-        let decoded = self.store.scan(&Slice::Whole, &plan.range, |ev| {
+        let decoded = self.scan(&Slice::Whole, &plan.range, |ev| {
             if eval.holds(eval.mask(ev)) {
                 n += 1;
             }
@@ -744,7 +803,7 @@ impl<'s> Session<'s> {
         if plan.method == Method::Scan {
             let eval = SetEval::new(self.store, &plan.shape)?;
             let mut counts: HashMap<String, u64> = HashMap::new();
-            self.store.scan(&Slice::Whole, &plan.range, |ev| {
+            self.scan(&Slice::Whole, &plan.range, |ev| {
                 if eval.holds(eval.mask(ev)) {
                     *counts.entry(ev.item.to_text()).or_insert(0) += 1;
                 }
@@ -755,7 +814,13 @@ impl<'s> Session<'s> {
             let buckets = self.store.count(&Slice::Whole, &plan.range)?.1;
             let rows = v
                 .into_iter()
-                .map(|(item, count)| serde_json::json!({"item": item, "count": count, "exact": true}))
+                .map(|(item, count)| {
+                    RowBuilder::new()
+                        .field("item", item.into())
+                        .field("count", count.into())
+                        .field("exact", true.into())
+                        .finish()
+                })
                 .collect();
             return Ok(Answer::list(Kind::Top, rows, "exact", true, buckets).with_detail("scan"));
         }
@@ -772,12 +837,12 @@ impl<'s> Session<'s> {
                 .top(n)
                 .into_iter()
                 .map(|e| {
-                    serde_json::json!({
-                        "item": String::from_utf8_lossy(&e.item),
-                        "count": e.estimate,
-                        "lower": e.estimate,
-                        "exact": true,
-                    })
+                    RowBuilder::new()
+                        .field("item", String::from_utf8_lossy(&e.item).into())
+                        .field("count", e.estimate.into())
+                        .field("lower", e.estimate.into())
+                        .field("exact", true.into())
+                        .finish()
                 })
                 .collect();
             let mut a = Answer::list(Kind::Top, rows, "countmin-exact", true, merged.buckets)
@@ -800,7 +865,7 @@ impl<'s> Session<'s> {
                 index.insert(key.clone(), i);
             }
             let mut exact = vec![0u64; top.len()];
-            let decoded = self.store.scan(&slice, &plan.range, |ev| {
+            let decoded = self.scan(&slice, &plan.range, |ev| {
                 item_key(&ev.item, &mut key);
                 if let Some(&i) = index.get(&key) {
                     exact[i] += 1;
@@ -816,13 +881,13 @@ impl<'s> Session<'s> {
             let rows = order
                 .into_iter()
                 .map(|i| {
-                    serde_json::json!({
-                        "item": String::from_utf8_lossy(&top[i].item),
-                        "count": exact[i],
-                        "lower": exact[i],
-                        "exact": true,
-                        "estimate": top[i].estimate,
-                    })
+                    RowBuilder::new()
+                        .field("item", String::from_utf8_lossy(&top[i].item).into())
+                        .field("count", exact[i].into())
+                        .field("lower", exact[i].into())
+                        .field("exact", true.into())
+                        .field("estimate", top[i].estimate.into())
+                        .finish()
                 })
                 .collect();
             let item = match &plan.statement {
@@ -841,12 +906,12 @@ impl<'s> Session<'s> {
             let rows = top
                 .iter()
                 .map(|e| {
-                    serde_json::json!({
-                        "item": String::from_utf8_lossy(&e.item),
-                        "count": e.estimate,
-                        "lower": (e.estimate as f64 - bound).max(0.0).ceil(),
-                        "exact": false,
-                    })
+                    RowBuilder::new()
+                        .field("item", String::from_utf8_lossy(&e.item).into())
+                        .field("count", e.estimate.into())
+                        .field("lower", (e.estimate as f64 - bound).max(0.0).ceil().into())
+                        .field("exact", false.into())
+                        .finish()
                 })
                 .collect();
             let a = Answer::list(Kind::Top, rows, "countmin", false, merged.buckets).with_detail(
@@ -906,33 +971,48 @@ impl<'s> Session<'s> {
         Ok(values)
     }
 
-    /// A sample row: the event's time (RFC 3339, the form ingest reads back), item, tags and
-    /// extra fields, and its stratum under `PER`.
-    fn row_of(&self, e: &Event, stratum: Option<&Slice>) -> serde_json::Value {
+    /// A sample row: the event's time (RFC 3339, the form ingest reads back), item, tags, its
+    /// stratum under `PER`, then its extra fields spliced in as they were ingested (byte for
+    /// byte, in their order). An extra field named like one of the row's own is kept under
+    /// `extra.<name>`; extra text that is not a JSON object (a library caller may store any)
+    /// comes back whole as the string `extra`.
+    fn row_of(&self, e: &Event, stratum: Option<&Slice>) -> Row {
         let time = chrono::DateTime::from_timestamp_millis(e.time).map_or_else(
             || serde_json::json!(e.time),
             |t| serde_json::json!(t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()),
         );
-        let mut row =
-            serde_json::json!({"time": time, self.store.config().item_field.clone(): e.item});
+        let mut row = RowBuilder::new()
+            .field("time", time)
+            .field(&self.store.config().item_field, e.item.clone().into());
         for (f, v) in &e.tags {
-            row[f] = serde_json::Value::String(v.clone());
-        }
-        if !e.extra.is_empty() {
-            // serde_json's arbitrary_precision (Cargo.toml) keeps each number's text here: an
-            // amount of 30 digits comes back as written, not through f64.
-            if let Ok(serde_json::Value::Object(extra)) =
-                serde_json::from_str::<serde_json::Value>(&e.extra)
-            {
-                for (k, v) in extra {
-                    row[k] = v;
-                }
+            if !row.has(f) {
+                row = row.field(f, v.clone().into());
             }
         }
         if let Some(s) = stratum {
-            row["stratum"] = serde_json::Value::String(s.name());
+            row = row.field("stratum", s.name().into());
         }
-        row
+        if !e.extra.is_empty() {
+            match serde_json::from_str::<RawFields<'_>>(&e.extra) {
+                Ok(RawFields(fields)) => {
+                    for (k, v) in fields {
+                        let key = if row.has(&k) { format!("extra.{k}") } else { k };
+                        if !row.has(&key) {
+                            row.raw(&key, v);
+                        }
+                    }
+                }
+                Err(_) => {
+                    let key = if row.has("extra") {
+                        "extra.extra"
+                    } else {
+                        "extra"
+                    };
+                    row = row.field(key, e.extra.clone().into());
+                }
+            }
+        }
+        row.finish()
     }
 
     fn sample(&mut self, plan: &Plan, n: u64, per: Option<&str>) -> Result<Answer, QueryError> {
@@ -959,6 +1039,7 @@ impl<'s> Session<'s> {
             let mut drawn = Vec::new();
             let mut buckets = 0;
             for s in &strata {
+                self.check()?;
                 let (events, b) = self.store.sample(s, &plan.range, draw, &mut self.rng)?;
                 buckets = buckets.max(b);
                 drawn.push(events);
@@ -1033,24 +1114,33 @@ impl<'s> Session<'s> {
             .collect::<Result<_, _>>()?;
         let mut reservoirs: Vec<(Vec<Event>, u64)> = vec![(Vec::new(), 0); strata.len()];
         let rng = &mut self.rng;
+        let cancel = &self.cancel;
         let decoded = self
             .store
-            .scan_events(&Slice::Whole, &plan.range, |ev, make| {
-                for (id, (kept, seen)) in ids.iter().zip(reservoirs.iter_mut()) {
-                    if id.is_some_and(|id| !ev.tag_ids().contains(&id)) {
-                        continue;
-                    }
-                    *seen += 1;
-                    if kept.len() < n {
-                        kept.push(make(ev));
-                    } else {
-                        let j = rng.random_range(0..*seen);
-                        if let Some(slot) = usize::try_from(j).ok().and_then(|j| kept.get_mut(j)) {
-                            *slot = make(ev);
+            .scan_events_until(
+                &Slice::Whole,
+                &plan.range,
+                &|| cancel.load(Ordering::Relaxed),
+                |ev, make| {
+                    for (id, (kept, seen)) in ids.iter().zip(reservoirs.iter_mut()) {
+                        if id.is_some_and(|id| !ev.tag_ids().contains(&id)) {
+                            continue;
+                        }
+                        *seen += 1;
+                        if kept.len() < n {
+                            kept.push(make(ev));
+                        } else {
+                            let j = rng.random_range(0..*seen);
+                            if let Some(slot) =
+                                usize::try_from(j).ok().and_then(|j| kept.get_mut(j))
+                            {
+                                *slot = make(ev);
+                            }
                         }
                     }
-                }
-            })?;
+                },
+            )?
+            .ok_or(QueryError::Cancelled)?;
         let buckets = self.store.count(&Slice::Whole, &plan.range)?.1;
         let how = format!(
             "reservoir filled by a scan of {} raw events, uniform over the events in {}",
@@ -1062,6 +1152,32 @@ impl<'s> Session<'s> {
             buckets,
             how,
         ))
+    }
+}
+
+/// A JSON object's fields in their order, each value as its text.
+struct RawFields<'a>(Vec<(String, &'a RawValue)>);
+
+impl<'de: 'a, 'a> serde::Deserialize<'de> for RawFields<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
+            type Value = RawFields<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(
+                self,
+                mut m: M,
+            ) -> Result<Self::Value, M::Error> {
+                let mut fields = Vec::new();
+                while let Some(k) = m.next_key::<String>()? {
+                    fields.push((k, m.next_value::<&'a RawValue>()?));
+                }
+                Ok(RawFields(fields))
+            }
+        }
+        d.deserialize_map(V(std::marker::PhantomData))
     }
 }
 

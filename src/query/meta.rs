@@ -1,7 +1,7 @@
 //! Statements about the store rather than the stream: SHOW BUCKETS, SHOW TAGS, SHOW SKETCHES,
 //! INFO and HELP.
 
-use super::answer::{thousands, Answer, Kind};
+use super::answer::{thousands, Answer, Kind, Row, RowBuilder};
 use super::ast::Statement;
 use super::exec::QueryError;
 use crate::sketch::{BloomFilter, CountMin, Sketch};
@@ -31,7 +31,12 @@ pub fn answer(store: &Store, statement: &Statement) -> Result<Answer, QueryError
             let buckets = store.buckets()?;
             let rows = buckets
                 .iter()
-                .map(|(b, n)| serde_json::json!({"bucket": width.label(*b), "events": n}))
+                .map(|(b, n)| {
+                    RowBuilder::new()
+                        .field("bucket", width.label(*b).into())
+                        .field("events", (*n).into())
+                        .finish()
+                })
                 .collect::<Vec<_>>();
             let n = rows.len();
             Answer::list(Kind::Info, rows, "meta", true, n)
@@ -40,7 +45,10 @@ pub fn answer(store: &Store, statement: &Statement) -> Result<Answer, QueryError
         Statement::ShowTags => {
             let mut tags = store.tags()?;
             tags.sort();
-            let rows = tags.into_iter().map(serde_json::Value::String).collect();
+            let rows = tags
+                .into_iter()
+                .map(|t| Row::of(serde_json::Value::String(t)))
+                .collect();
             Answer::list(Kind::Info, rows, "meta", true, 0).with_detail("tag values")
         }
         Statement::ShowSketches | Statement::Info => {

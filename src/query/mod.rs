@@ -13,7 +13,7 @@ pub mod meta;
 pub mod parser;
 pub mod plan;
 
-pub use answer::{Answer, Kind, Value};
+pub use answer::{Answer, Kind, Row, Value};
 pub use ast::{Date, Range, SetExpr, Statement, Unit};
 pub use exec::{Options, QueryError, Session};
 pub use parser::{parse, SyntaxError};

@@ -29,12 +29,24 @@ pub struct SyntaxError {
 }
 
 impl SyntaxError {
-    /// The statement with a caret under the offending byte.
+    /// The statement with a caret under the offending character, as a terminal shows them: the
+    /// caret line is padded by display width (a CJK character or an emoji takes two columns, a
+    /// combining mark none) and repeats each tab, so it reaches the same tab stop. For a
+    /// statement over several lines the caret goes under the line that holds the offset.
     pub fn caret(&self) -> String {
-        let col = self.statement[..self.offset.min(self.statement.len())]
-            .chars()
-            .count();
-        format!("{}\n{}^", self.statement, " ".repeat(col))
+        use unicode_width::UnicodeWidthStr;
+        let s = &self.statement;
+        let mut at = self.offset.min(s.len());
+        while !s.is_char_boundary(at) {
+            at -= 1;
+        }
+        let line_start = s[..at].rfind('\n').map_or(0, |i| i + 1);
+        let line_end = s[at..].find('\n').map_or(s.len(), |i| at + i);
+        let pad: Vec<String> = s[line_start..at]
+            .split('\t')
+            .map(|part| " ".repeat(part.width()))
+            .collect();
+        format!("{}\n{}^{}", &s[..line_end], pad.join("\t"), &s[line_end..])
     }
 }
 
@@ -1155,9 +1167,13 @@ mod tests {
             prop_assert_eq!(back, Ok(st), "{}", text);
         }
 
+        /// Not only no panic: an error points at a character of the input (or its end), so the
+        /// caret a user sees lands on it.
         #[test]
         fn random_input_never_panics(s in "\\PC{0,60}") {
-            let _ = parse(&s);
+            if let Err(e) = parse(&s) {
+                prop_assert!(e.offset <= s.len() && s.is_char_boundary(e.offset), "{e:?}");
+            }
         }
 
         #[test]
@@ -1166,9 +1182,35 @@ mod tests {
             let at = at % (text.len() + 1);
             let at = (0..=at).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
             text.insert(at, c);
-            let _ = parse(&text);
-            text.truncate(at);
-            let _ = parse(&text);
+            for text in [text.clone(), text[..at].to_string()] {
+                if let Err(e) = parse(&text) {
+                    prop_assert!(
+                        e.offset <= text.len() && text.is_char_boundary(e.offset),
+                        "{e:?}"
+                    );
+                }
+            }
         }
+    }
+
+    #[test]
+    fn the_caret_sits_under_its_character_after_wide_ones_and_tabs() {
+        // What a terminal shows: 数 and 字 take two columns each, 👛 two, é as e + a combining
+        // accent one; a tab goes to the next stop, which the caret line's own tab reaches too.
+        for (statement, caret_line) in [
+            ("SEEN 数字 FORM today", "          ^"),
+            ("SEEN 👛 FORM today", "        ^"),
+            ("SEEN e\u{301}e FORM today", "        ^"),
+            ("SEEN\tx FORM today", "    \t  ^"),
+        ] {
+            let e = parse(statement).expect_err("FORM is not a clause");
+            let caret = e.caret();
+            let lines: Vec<&str> = caret.lines().collect();
+            assert_eq!(lines, [statement, caret_line], "{statement:?}");
+        }
+        // Several lines: the caret follows the line with the error (`COUNT FORM` counts the
+        // value FORM, so `today` is what is left over), the rest after it.
+        let e = parse("COUNT\nFORM today\nFROM ALL").expect_err("today");
+        assert_eq!(e.caret(), "COUNT\nFORM today\n     ^\nFROM ALL");
     }
 }

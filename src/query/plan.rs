@@ -1055,8 +1055,15 @@ mod tests {
 
     #[test]
     fn to_includes_its_day_so_a_range_ends_before_it_starts_only_when_empty() {
-        assert!(p("COUNT FROM 2025-12-02T05 TO 2025-12-02").is_ok());
-        assert!(p("COUNT FROM 2025-12-02T05 TO 2025-12-02T05").is_ok());
+        let range = |s: &str| p(s).expect(s).range;
+        assert_eq!(
+            range("COUNT FROM 2025-12-02T05 TO 2025-12-02"),
+            TimeRange::between(DAY0 + 5 * HOUR_MS, DAY0 + DAY_MS)
+        );
+        assert_eq!(
+            range("COUNT FROM 2025-12-02T05 TO 2025-12-02T05"),
+            TimeRange::between(DAY0 + 5 * HOUR_MS, DAY0 + 6 * HOUR_MS)
+        );
         assert!(p("COUNT FROM 2025-12-02T05 TO 2025-12-02T04").is_err());
         assert!(p("COUNT FROM 2025-12-02 TO 2025-12-01").is_err());
     }

@@ -357,6 +357,30 @@ pub fn join_lines(lines: &[String]) -> String {
         .join(" ")
 }
 
+/// The statements of one finished input, split at each `;` outside a quoted value, trimmed, empty
+/// ones left out: `COUNT; SHOW TAGS;` is two statements, run in order.
+pub fn statements(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut quoted = false;
+    let mut start = 0;
+    for (i, c) in text.char_indices() {
+        match c {
+            // A quote inside a value is written twice, which toggles twice.
+            '\'' => quoted = !quoted,
+            ';' if !quoted => {
+                out.push(&text[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&text[start..]);
+    out.into_iter()
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
 /// Judges the slot of the next word from the text before it.
 fn slot(before: &str) -> Slot {
     let trimmed = before.trim_end();
@@ -670,6 +694,11 @@ mod tests {
         assert!(!needs_more("DISTINCT wallets ON (chain:a\nOR chain:b)"));
         assert!(!needs_more("DISTINCT wallets ON (chain:a;"));
         assert!(!needs_more("SEEN '('"));
+        assert_eq!(
+            statements("COUNT; SHOW TAGS;;  SEEN 'a;b' ; SEEN 'it''s;'"),
+            ["COUNT", "SHOW TAGS", "SEEN 'a;b'", "SEEN 'it''s;'"]
+        );
+        assert_eq!(statements(" ; "), Vec::<&str>::new());
         assert_eq!(
             join_lines(&["DISTINCT wallets \\".into(), "  ON chain:a".into()]),
             "DISTINCT wallets ON chain:a"

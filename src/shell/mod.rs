@@ -1,17 +1,23 @@
 //! The interactive shell (REPL) over one store.
 //!
 //! It owns the conversation with a person at a terminal: the prompt, line editing with
-//! completion and hints ([`helper`]), continuation lines, persistent history, shell commands
-//! (`exit`, `quit`, `\json`) and printing ([`render`]). It drives one
-//! [`Session`] for the whole session, so `SET NOW` persists, and prints
-//! the [`Answer`](crate::query::Answer)s it returns. It must not decide an answer: every
-//! statement goes to the query layer as typed (continuation lines joined), and nothing here
-//! reads sketches.
+//! completion and hints ([`helper`]), continuation lines, several statements on a line or in a
+//! paste, persistent history, shell commands (`exit`, `quit`, `\json`), Ctrl-C during a query
+//! (it cancels the query through the session's cancel flag) and printing ([`render`]). It drives
+//! one [`Session`] for the whole session, so `SET NOW` persists, and prints the
+//! [`Answer`](crate::query::Answer)s it returns. It must not decide an answer: every statement
+//! goes to the query layer as typed (continuation lines joined), and nothing here reads
+//! sketches.
+//!
+//! [`run`] installs a SIGINT handler for the rest of the process's life: while a query runs,
+//! Ctrl-C sets the session's cancel flag; a second Ctrl-C before the query has stopped ends the
+//! process (exit status 130), in case something does not stop. At the prompt the line editor
+//! reads Ctrl-C as a key (it clears the line), so no signal is raised there.
 
 pub mod helper;
 pub mod render;
 
-use crate::query::{parse, Session, Statement};
+use crate::query::{parse, QueryError, Session, Statement};
 use crate::store::Store;
 use helper::{ShellHelper, Vocabulary};
 use rustyline::config::{ColorMode, CompletionType, Config};
@@ -20,6 +26,8 @@ use rustyline::history::DefaultHistory;
 use rustyline::Editor;
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// How the shell is set up by the binary.
@@ -70,10 +78,19 @@ fn command(line: &str) -> Option<Command> {
     }
 }
 
+/// Whether the session goes on after a line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Flow {
+    Continue,
+    Exit,
+}
+
 /// The REPL's state between statements.
 struct Shell<'s> {
     store: &'s Store,
     session: Session<'s>,
+    /// The session's cancel flag, which SIGINT sets.
+    cancel: Arc<AtomicBool>,
     editor: Editor<ShellHelper, DefaultHistory>,
     options: ShellOptions,
     json: bool,
@@ -103,15 +120,18 @@ pub fn run(store: &Store, options: ShellOptions) -> Result<(), ShellError> {
     if options.now.is_some() {
         session.now = options.now;
     }
+    let cancel = session.cancel_handle();
     let mut shell = Shell {
         store,
         session,
+        cancel: Arc::clone(&cancel),
         editor,
         options,
         json: false,
         history_failed: false,
     };
     shell.load_history();
+    shell.catch_interrupts();
     shell.repl()
 }
 
@@ -163,48 +183,85 @@ impl Shell<'_> {
                 Err(ReadlineError::Eof) => return Ok(()),
                 Err(e) => return Err(e.into()),
             };
-            if pending.is_empty() {
-                let t = line.trim();
-                if t.is_empty() || t.starts_with("--") {
-                    continue;
-                }
-                match command(t) {
-                    Some(Command::Exit) => return Ok(()),
-                    Some(Command::ToggleJson) => {
-                        self.json = !self.json;
-                        let state = if self.json { "on" } else { "off" };
-                        self.print(&render::dim(
-                            &format!("JSON answers {state}"),
-                            self.options.colour,
-                        ))?;
-                        continue;
-                    }
-                    None => {}
+            // A paste arrives as one "line" holding every line of it: each is taken as if it
+            // had been typed on its own, so every statement in it runs, in order.
+            for physical in line.split('\n') {
+                let physical = physical.strip_suffix('\r').unwrap_or(physical);
+                if self.feed(physical, &mut pending)? == Flow::Exit {
+                    return Ok(());
                 }
             }
-            pending.push(line);
-            if helper::needs_more(&pending.join("\n")) {
-                let so_far = helper::join_lines(&pending);
-                self.set_pending(so_far);
-                continue;
+        }
+    }
+
+    /// Takes one typed line: continues the pending statement, or finishes it and runs every
+    /// statement (and shell command) in it.
+    fn feed(&mut self, line: &str, pending: &mut Vec<String>) -> Result<Flow, ShellError> {
+        if pending.is_empty() {
+            let t = line.trim();
+            if t.is_empty() || t.starts_with("--") {
+                return Ok(Flow::Continue);
             }
-            let statement = helper::join_lines(&pending);
-            pending.clear();
-            self.set_pending(String::new());
-            if statement.is_empty() || statement == ";" {
-                continue;
+        }
+        pending.push(line.to_string());
+        if helper::needs_more(&pending.join("\n")) {
+            let so_far = helper::join_lines(pending);
+            self.set_pending(so_far);
+            return Ok(Flow::Continue);
+        }
+        let text = helper::join_lines(pending);
+        pending.clear();
+        self.set_pending(String::new());
+        let statements = helper::statements(&text);
+        if statements.is_empty() {
+            return Ok(Flow::Continue);
+        }
+        if statements.iter().any(|s| command(s).is_none()) {
+            self.remember(&text);
+        }
+        for statement in statements {
+            match command(statement) {
+                Some(Command::Exit) => return Ok(Flow::Exit),
+                Some(Command::ToggleJson) => {
+                    self.json = !self.json;
+                    let state = if self.json { "on" } else { "off" };
+                    self.print(&render::dim(
+                        &format!("JSON answers {state}"),
+                        self.options.colour,
+                    ))?;
+                }
+                None => self.execute(statement)?,
             }
-            self.remember(&statement);
-            self.execute(&statement)?;
-            let old = self
-                .editor
-                .helper()
-                .map(|h| h.vocabulary().clone())
-                .unwrap_or_default();
-            let fresh = vocabulary(self.store, &old);
-            if let Some(h) = self.editor.helper_mut() {
-                h.set_vocabulary(fresh);
-            }
+        }
+        let old = self
+            .editor
+            .helper()
+            .map(|h| h.vocabulary().clone())
+            .unwrap_or_default();
+        let fresh = vocabulary(self.store, &old);
+        if let Some(h) = self.editor.helper_mut() {
+            h.set_vocabulary(fresh);
+        }
+        Ok(Flow::Continue)
+    }
+
+    /// Routes SIGINT to the session's cancel flag (see the module's note). Without it Ctrl-C
+    /// during a query would end the process; a failure costs a warning, not the session.
+    fn catch_interrupts(&mut self) {
+        use signal_hook::consts::SIGINT;
+        // The shutdown is registered first, so it sees the flag as it was before this signal
+        // set it: only a second Ctrl-C while a query has not stopped yet ends the process.
+        let registered =
+            signal_hook::flag::register_conditional_shutdown(SIGINT, 130, Arc::clone(&self.cancel))
+                .and_then(|_| signal_hook::flag::register(SIGINT, Arc::clone(&self.cancel)));
+        if let Err(e) = registered {
+            let text =
+                format!("warning: Ctrl-C cannot cancel queries ({e}); it will end the shell");
+            let _ = writeln!(
+                std::io::stderr(),
+                "{}",
+                render::dim(&text, self.options.colour)
+            );
         }
     }
 
@@ -221,8 +278,14 @@ impl Shell<'_> {
         let started = Instant::now();
         let result = self.session.query(statement);
         let took = started.elapsed();
+        // A Ctrl-C that came after the query's last check is not meant for the next one.
+        self.cancel.store(false, Ordering::Relaxed);
         match result {
-            Ok(answer) if self.json => self.print(&render::json(&answer, took)),
+            Ok(answer) if self.json => self.print(&render::json(&answer)),
+            // The terminal echoed `^C` without a newline: the carriage return writes over it.
+            Err(QueryError::Cancelled) if !self.json => {
+                self.print(&format!("\r{}", render::cancelled(took, colour)))
+            }
             Ok(answer) => {
                 self.print(&render::human(&answer, colour))?;
                 if matches!(parse(statement), Ok(Statement::Help)) {
@@ -255,7 +318,7 @@ impl Shell<'_> {
             "  Right arrow     accept the grey hint (hints are shown only with colour)",
             "  \\ at line end   continue the statement on the next line (so does an open parenthesis); ; ends it",
             "  Up / Down       history",
-            "  Ctrl-C          clear the line",
+            "  Ctrl-C          clear the line; while a query runs, cancel it",
             "  Ctrl-D, exit    leave (also quit)",
             "  \\json           switch answers to JSON lines and back",
             &format!("  history file    {history}"),

@@ -220,7 +220,129 @@ pub(crate) mod test_support {
     //! Helpers shared by the families' tests.
     use super::Sketch;
 
+    use super::bounds::{chi_square_quantile, Z95};
+    use super::Estimate;
     pub use crate::gen::{splitmix64 as splitmix, wallet_address as wallet};
+
+    /// How a batch of 95% intervals did against the truths they were built for.
+    #[derive(Debug)]
+    pub struct Calibration {
+        pub trials: usize,
+        /// Intervals that missed their truth.
+        pub misses: usize,
+        /// The mean of z², z being the error in the standard errors the interval states on the
+        /// side where the truth lies: `(value − truth) / (half-width / 1.96)`. It is about 1 when
+        /// the interval's width matches the estimator's real spread, 1/4 when the interval is
+        /// twice too wide and 4 when it is twice too narrow, whatever the miss count says.
+        pub mean_z2: f64,
+        /// Mean relative error `(value − truth) / truth`, and its root mean square.
+        pub mean_error: f64,
+        pub rms_error: f64,
+    }
+
+    impl Calibration {
+        pub fn of(results: &[(Estimate, f64)]) -> Self {
+            let trials = results.len();
+            let n = trials as f64;
+            let mut misses = 0;
+            let (mut z2, mut err, mut sq) = (0.0, 0.0, 0.0);
+            for &(e, truth) in results {
+                misses += usize::from(!e.covers(truth));
+                let half = if truth > e.value {
+                    e.upper - e.value
+                } else {
+                    e.value - e.lower
+                };
+                let miss = e.value - truth;
+                z2 += if miss == 0.0 {
+                    0.0
+                } else {
+                    (miss / (half / Z95)).powi(2)
+                };
+                err += miss / truth;
+                sq += (miss / truth).powi(2);
+            }
+            Calibration {
+                trials,
+                misses,
+                mean_z2: z2 / n,
+                mean_error: err / n,
+                rms_error: (sq / n).sqrt(),
+            }
+        }
+    }
+
+    /// `P(X ≤ x)` for `X ~ Binomial(n, p)`, summed term by term.
+    pub fn binomial_cdf(n: u64, p: f64, x: u64) -> f64 {
+        let mut ln_pmf = n as f64 * (1.0 - p).ln();
+        let mut cdf = ln_pmf.exp();
+        for i in 0..x.min(n) {
+            ln_pmf += ((n - i) as f64).ln() - ((i + 1) as f64).ln() + p.ln() - (1.0 - p).ln();
+            cdf += ln_pmf.exp();
+        }
+        cdf.min(1.0)
+    }
+
+    /// The band `[lo, hi]` a `Binomial(n, p)` count leaves with probability at most `tail` on
+    /// each side: `P(X < lo) ≤ tail` and `P(X > hi) ≤ tail`, each as tight as that allows.
+    pub fn binomial_band(n: u64, p: f64, tail: f64) -> (u64, u64) {
+        let mut lo = 0;
+        while lo < n && binomial_cdf(n, p, lo) <= tail {
+            lo += 1;
+        }
+        let mut hi = n;
+        while hi > 0 && 1.0 - binomial_cdf(n, p, hi - 1) <= tail {
+            hi -= 1;
+        }
+        (lo, hi)
+    }
+
+    /// Each side's tail probability in [`assert_calibrated`].
+    pub const CALIBRATION_TAIL: f64 = 0.001;
+
+    /// Asserts that a batch of independent 95% intervals is right on both sides:
+    /// - the misses, `Binomial(trials, 0.05)` for a correct interval, lie in that binomial's band
+    ///   with [`CALIBRATION_TAIL`] on each side (for 200 trials: 2 to 21 misses);
+    /// - the mean z² (see [`Calibration`]), about `χ²(trials)/trials` for a correct interval on
+    ///   a near-normal estimator, lies between that distribution's 0.1% and 99.9% quantiles
+    ///   (0.72 to 1.34 for 200 trials, 0.38 to 1.99 for 30).
+    ///
+    /// A correct interval fails with probability at most about 4 × 0.001. One ten times too
+    /// wide (mean z² 0.01, no misses), twice too wide (0.25, about none) or twice too narrow
+    /// (4, a third missed) fails the z² check at every trial count used here (30 and up), and
+    /// the miss band as well from 200 trials on (below about 140 trials no miss count is
+    /// improbable enough to fail a wide interval on misses alone).
+    pub fn assert_calibrated(what: &str, c: &Calibration) {
+        let trials = c.trials as u64;
+        let (lo, hi) = binomial_band(trials, 0.05, CALIBRATION_TAIL);
+        let dof = c.trials as f64;
+        let z2_lo = chi_square_quantile(CALIBRATION_TAIL, dof) / dof;
+        let z2_hi = chi_square_quantile(1.0 - CALIBRATION_TAIL, dof) / dof;
+        eprintln!(
+            "{what}: {} of {trials} intervals missed (band {lo}..={hi}), mean z² {:.3} \
+             (band {z2_lo:.2}..{z2_hi:.2}), mean error {:+.4}%, RMS {:.4}%",
+            c.misses,
+            c.mean_z2,
+            c.mean_error * 100.0,
+            c.rms_error * 100.0
+        );
+        assert!(
+            (lo..=hi).contains(&(c.misses as u64)),
+            "{what}: {} of {trials} 95% intervals missed the truth, outside {lo}..={hi}: {c:?}",
+            c.misses
+        );
+        assert!(
+            (z2_lo..=z2_hi).contains(&c.mean_z2),
+            "{what}: mean z² {:.3} outside {z2_lo:.2}..{z2_hi:.2}: the interval is {} for the \
+             estimator's spread: {c:?}",
+            c.mean_z2,
+            if c.mean_z2 < z2_lo {
+                "too wide"
+            } else {
+                "too narrow"
+            }
+        );
+    }
 
     /// Every single-byte corruption and every truncation of an encoded sketch must be rejected.
     pub fn assert_damage_detected<S: Sketch>(sketch: &S) {

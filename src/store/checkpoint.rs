@@ -5,11 +5,12 @@
 //!
 //! Owns: when sets reach the disk outside an import, and the checkpoint record.
 
+use super::engine::WriteBatch;
 use super::error::{Result, StoreError};
 use super::keys::{self, Part};
 use super::sets::{AllTime, SetHeader};
 use super::state::State;
-use super::{codec, engine, kinds, log, Store};
+use super::{codec, kinds, log, Store};
 use crate::sketch::{Sketch, SketchError};
 use serde::{Deserialize, Serialize};
 
@@ -45,7 +46,7 @@ impl Store {
             self.evict_over_budget(st);
             return Ok(());
         }
-        let mut batch = sled::Batch::default();
+        let mut batch = WriteBatch::default();
         self.log_into(st, &mut batch)?;
         let pos = st.next_seq;
         let encode_err =
@@ -63,16 +64,18 @@ impl Store {
             ];
             for (part, blob) in encoded {
                 let blob = blob.map_err(encode_err(name(part)))?;
-                batch.insert(&keys::sketch(part, tag, bucket), blob);
+                self.engine
+                    .put(&mut batch, keys::sketch(part, tag, bucket), blob)?;
             }
             let header = SetHeader {
                 events: s.events,
                 log_pos: pos,
             };
-            batch.insert(
-                &keys::sketch(Part::Header, tag, bucket),
+            self.engine.put(
+                &mut batch,
+                keys::sketch(Part::Header, tag, bucket),
                 Self::blob(&self.path, &header)?,
-            );
+            )?;
         }
         let all_time = AllTime {
             bloom: st.all_time.clone(),
@@ -83,14 +86,16 @@ impl Store {
                 name: "all-time bloom filter".into(),
                 detail: e.to_string(),
             })?;
-        batch.insert(keys::ALL_TIME, all_time_blob);
-        batch.insert(
+        self.engine
+            .put(&mut batch, keys::ALL_TIME.to_vec(), all_time_blob)?;
+        self.engine.put(
+            &mut batch,
             keys::meta("checkpoint"),
             Self::blob(&self.path, &Checkpoint { log_pos: pos })?,
-        );
+        )?;
         let expired = self.expire_into(st, pos, &mut batch)?;
-        self.db.apply_batch(batch).map_err(engine(&self.path))?;
-        self.db.flush().map_err(engine(&self.path))?;
+        self.engine.apply(batch)?;
+        self.engine.sync()?;
         Self::after_log_written(st);
         if let Some(t) = expired {
             st.log_retained_from = Some(st.log_retained_from.map_or(t, |old| old.max(t)));
@@ -138,7 +143,7 @@ impl Store {
         &self,
         st: &State,
         checkpoint: u64,
-        batch: &mut sled::Batch,
+        batch: &mut WriteBatch,
     ) -> Result<Option<i64>> {
         let (Some(retention), Some(newest)) = (self.config.retention_ms, st.newest) else {
             return Ok(None);
@@ -146,21 +151,25 @@ impl Store {
         // Saturating: a store created before retention was bounded may hold any value.
         let cutoff = newest.saturating_sub(retention);
         let mut dropped_any = false;
-        for entry in self.db.scan_prefix([keys::INDEX]) {
-            let (k, v) = entry.map_err(engine(&self.path))?;
+        for entry in self.engine.prefix(&[keys::INDEX]) {
+            let (k, v) = entry?;
             let Ok(info) = log::BlockInfo::decode(&v) else {
                 continue;
             };
             if info.max_time < cutoff && info.end_seq() <= checkpoint {
-                batch.remove(k.clone());
-                batch.remove(&keys::log(info.first_seq));
+                batch.delete(k.clone());
+                batch.delete(keys::log(info.first_seq).to_vec());
                 dropped_any = true;
             }
         }
         if dropped_any {
             // Never move backwards: `newest` is only known for events seen since open.
             let from = st.log_retained_from.map_or(cutoff, |old| old.max(cutoff));
-            batch.insert(keys::meta("retained_from"), Self::blob(&self.path, &from)?);
+            self.engine.put(
+                batch,
+                keys::meta("retained_from"),
+                Self::blob(&self.path, &from)?,
+            )?;
             return Ok(Some(from));
         }
         Ok(None)

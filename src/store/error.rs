@@ -22,7 +22,7 @@ pub enum StoreError {
     Engine {
         path: PathBuf,
         #[source]
-        source: sled::Error,
+        source: super::engine::EngineError,
     },
     #[error("damaged {name}: {source}")]
     Damaged {

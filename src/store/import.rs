@@ -133,8 +133,8 @@ impl Store {
     /// or the disk holds more than that (a commit written but not confirmed), marks the state
     /// broken and returns the [`StoreError::MustReopen`] every later call will get.
     pub(super) fn roll_back(&self, st: &mut State, durable: u64, why: &str) -> Result<()> {
-        let reread = Self::read_state(self.path.clone(), &self.db).and_then(|(_, fresh)| {
-            Self::remove_orphan_blocks(&self.path, &self.db, fresh.next_seq)?;
+        let reread = Self::read_state(&self.engine).and_then(|(_, fresh)| {
+            Self::remove_orphan_blocks(&self.engine, fresh.next_seq)?;
             Ok(fresh)
         });
         let reason = match reread {
@@ -194,17 +194,14 @@ mod tests {
         store.ingest_batch(&events(0, 100)).expect("ingest");
         store.flush().expect("flush");
         let format = store
-            .db
-            .get(keys::meta("format"))
+            .engine
+            .get(&keys::meta("format"))
             .expect("get")
             .expect("format");
         let failed: std::result::Result<(), StoreError> = store.import(|imp| {
             imp.ingest_batch(&events(100, 1_000))?;
             // The fault: the metadata the rollback re-reads is unreadable.
-            imp.store
-                .db
-                .insert(keys::meta("format"), b"damaged".to_vec())
-                .expect("insert");
+            poke(imp.store, &keys::meta("format"), Some(b"damaged".to_vec()));
             Err(StoreError::Query("a bad line".into()))
         });
         let err = failed.expect_err("the import fails");
@@ -227,11 +224,7 @@ mod tests {
         );
         must_reopen(store.tags().map(drop), "tags");
         // Repair the fault; the drop's checkpoint must still write nothing.
-        store
-            .db
-            .insert(keys::meta("format"), format.to_vec())
-            .expect("restore");
-        store.db.flush().expect("sync");
+        poke(&store, &keys::meta("format"), Some(format));
         drop(store);
         let store = Store::open(&dir).expect("reopen");
         assert_eq!(logged_events(&store), 100);

@@ -6,11 +6,12 @@
 //! Owns: where blocks and index entries go and when. Must not: encode or decode a block's
 //! contents (that is [`super::log`]).
 
+use super::engine::WriteBatch;
 use super::error::{Result, StoreError};
 use super::model::Event;
+use super::seam::Seam;
 use super::state::{State, TagDict};
-use super::{codec, engine, keys, kinds, log, Store};
-use std::path::Path;
+use super::{codec, keys, kinds, log, Store};
 
 impl Store {
     /// Calls `each` for every logged event in blocks that end after `from`.
@@ -20,8 +21,8 @@ impl Store {
         mut each: impl FnMut(&log::LogEvent<'_>, &TagDict),
         tags: &TagDict,
     ) -> Result<()> {
-        for entry in self.db.range(keys::index(0)..=keys::index(u64::MAX)) {
-            let (k, v) = entry.map_err(engine(&self.path))?;
+        for entry in self.engine.prefix(&[keys::INDEX]) {
+            let (k, v) = entry?;
             let first = keys::seq_of(&k).unwrap_or(0);
             let info = log::BlockInfo::decode(&v).map_err(|detail| StoreError::DamagedLog {
                 name: format!("log block index at event {first}"),
@@ -30,14 +31,13 @@ impl Store {
             if info.end_seq() <= from {
                 continue;
             }
-            let block = self
-                .db
-                .get(keys::log(first))
-                .map_err(engine(&self.path))?
-                .ok_or_else(|| StoreError::DamagedLog {
-                    name: format!("log block at event {first}"),
-                    detail: "missing".into(),
-                })?;
+            let block =
+                self.engine
+                    .get(&keys::log(first))?
+                    .ok_or_else(|| StoreError::DamagedLog {
+                        name: format!("log block at event {first}"),
+                        detail: "missing".into(),
+                    })?;
             log::decode_block(&block, |ev| each(ev, tags)).map_err(|detail| {
                 StoreError::DamagedLog {
                     name: format!("log block at event {first}"),
@@ -71,10 +71,9 @@ impl Store {
     /// reporting any error there.
     pub(super) fn write_full_block(&self, st: &mut State) {
         let written = st.open_block.finish().ok().and_then(|(blob, info)| {
-            self.db
-                .insert(keys::log(info.first_seq), blob)
-                .ok()
-                .map(|_| info)
+            let mut batch = WriteBatch::default();
+            batch.put(keys::log(info.first_seq), blob).ok()?;
+            self.engine.apply(batch).ok().map(|()| info)
         });
         match written {
             Some(info) => {
@@ -89,21 +88,18 @@ impl Store {
     /// Removes `L` blocks at or after `next_seq`: blocks written early whose `I` entries never
     /// came (an import rolled back, or a crash before the flush that would have indexed them).
     /// Indexed blocks all end at or before `next_seq`, so none of them is touched.
-    pub(super) fn remove_orphan_blocks(path: &Path, db: &sled::Db, next_seq: u64) -> Result<()> {
-        let mut batch = sled::Batch::default();
-        let mut any = false;
-        for key in db.range(keys::log(next_seq)..=keys::log(u64::MAX)).keys() {
-            batch.remove(key.map_err(engine(path))?);
-            any = true;
+    pub(super) fn remove_orphan_blocks(engine: &Seam, next_seq: u64) -> Result<()> {
+        let mut batch = WriteBatch::default();
+        let end = [keys::LOG + 1];
+        for entry in engine.range(&keys::log(next_seq), Some(&end)) {
+            let (key, _) = entry?;
+            batch.delete(key);
         }
-        if any {
-            db.apply_batch(batch).map_err(engine(path))?;
-        }
-        Ok(())
+        engine.apply(batch)
     }
 
     /// Adds the pending events (and new tag names) to `batch` as log blocks.
-    pub(super) fn log_into(&self, st: &mut State, batch: &mut sled::Batch) -> Result<()> {
+    pub(super) fn log_into(&self, st: &mut State, batch: &mut WriteBatch) -> Result<()> {
         for id in st.tags.persisted + 1..=st.tags.names.len() as u32 {
             let name = st.tags.name(id).unwrap_or_default().to_string();
             let blob =
@@ -111,7 +107,7 @@ impl Store {
                     name: "tag dictionary".into(),
                     detail: e.to_string(),
                 })?;
-            batch.insert(&keys::tag(id), blob);
+            self.engine.put(batch, keys::tag(id), blob)?;
         }
         if !st.open_block.is_empty() {
             st.seal_block();
@@ -121,7 +117,7 @@ impl Store {
                 name: format!("index of log block at event {}", info.first_seq),
                 detail: e.to_string(),
             })?;
-            batch.insert(&keys::index(info.first_seq), index);
+            self.engine.put(batch, keys::index(info.first_seq), index)?;
         }
         for block in &st.sealed {
             let first = block.next_seq() - block.len() as u64;
@@ -131,8 +127,8 @@ impl Store {
             };
             let (blob, info) = block.finish().map_err(encoding)?;
             let index = info.encode().map_err(encoding)?;
-            batch.insert(&keys::log(info.first_seq), blob);
-            batch.insert(&keys::index(info.first_seq), index);
+            self.engine.put(batch, keys::log(info.first_seq), blob)?;
+            self.engine.put(batch, keys::index(info.first_seq), index)?;
         }
         Ok(())
     }
@@ -154,9 +150,9 @@ impl Store {
         if nothing_pending && st.tags.persisted as usize == st.tags.names.len() {
             return Ok(());
         }
-        let mut batch = sled::Batch::default();
+        let mut batch = WriteBatch::default();
         self.log_into(st, &mut batch)?;
-        self.db.apply_batch(batch).map_err(engine(&self.path))?;
+        self.engine.apply(batch)?;
         Self::after_log_written(st);
         Ok(())
     }
@@ -202,7 +198,7 @@ mod tests {
         let (l, _) = block_keys(&store);
         // 200 × ~4 KB = ~800 KB: at most 192 KiB a block means at least 5 blocks.
         assert!(l.len() >= 5, "{l:?}");
-        for (_, v) in store.db.scan_prefix([keys::LOG]).map(|e| e.expect("entry")) {
+        for (_, v) in entries(&store, &[keys::LOG]) {
             assert!(v.len() <= log::BLOCK_BYTES + 8_192, "{} bytes", v.len());
         }
         assert_eq!(logged_events(&store), 200);

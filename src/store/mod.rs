@@ -15,6 +15,8 @@
 //! | module | owns |
 //! |---|---|
 //! | this one | the [`Store`] facade: create, open, ingest, flush, the lock, input checks |
+//! | [`engine`] | the storage seam: [`Engine`], [`WriteBatch`], [`SledEngine`], [`MemEngine`] |
+//! | `seam` | the store's guarded handle on its engine: panics caught, a failed engine refused |
 //! | [`kinds`] | the registry of stored kinds: key prefixes, blob kinds, names |
 //! | [`keys`] | the byte layout of keys |
 //! | [`log`] | encoding and decoding log blocks |
@@ -29,6 +31,7 @@
 //! | [`model`], [`error`] | configuration, events, ranges; errors |
 
 mod checkpoint;
+pub mod engine;
 pub mod error;
 mod import;
 pub mod keys;
@@ -39,23 +42,28 @@ pub mod model;
 pub mod ops;
 mod recovery;
 mod route;
+mod seam;
 mod sets;
 mod state;
 #[cfg(test)]
 mod test_support;
 
+#[doc(hidden)]
+pub use engine::mem::MemEngine;
+pub use engine::sled::{SledEngine, SEGMENT_BYTES};
+pub use engine::{Engine, EngineError, WriteBatch, VALUE_MAX};
 pub use error::{Result, StoreError};
 pub use import::Import;
 pub use model::{
     lowercase_item, BucketWidth, Config, Event, Slice, TimeRange, MAX_TIME, MIN_TIME, RANGE_LIMIT,
 };
-pub use recovery::SEGMENT_BYTES;
 pub use state::MemoryUse;
 
 use crate::codec;
 use crate::sketch::SketchSet;
 use checkpoint::Checkpoint;
 use import::thread_token;
+use seam::Seam;
 use state::State;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -73,55 +81,81 @@ pub const META_KIND: u8 = kinds::META.blob;
 /// An open store. `Send + Sync`: ingest and queries may run from many threads; a mutex
 /// serializes access to the in-memory state, so readers never see a half-applied event.
 pub struct Store {
+    /// The engine's location, for messages.
     path: PathBuf,
-    db: sled::Db,
+    engine: Seam,
     config: Config,
     state: Mutex<State>,
     /// The [`thread_token`] of the thread inside [`Store::import`], 0 if none: a call from that
     /// thread would wait for itself forever, so it is refused instead.
     importer: AtomicU64,
+    /// Set by [`Store::seed_samples`]: reservoirs then draw from generators seeded from it.
+    sample_seed: std::sync::OnceLock<u64>,
 }
 
-fn engine(path: &Path) -> impl Fn(sled::Error) -> StoreError + '_ {
-    move |source| StoreError::Engine {
-        path: path.to_path_buf(),
-        source,
+/// A store's error for an engine that could not be opened at `path`.
+fn open_error(path: &Path, source: EngineError) -> StoreError {
+    match source {
+        EngineError::Locked => StoreError::Locked {
+            path: path.to_path_buf(),
+        },
+        source => StoreError::Engine {
+            path: path.to_path_buf(),
+            source,
+        },
     }
 }
 
 impl Store {
-    /// Creates a store at `dir` (which must not hold one already) with `config`.
+    /// Creates a store at `dir` (which must not hold one already) with `config`, on sled.
     pub fn create(dir: impl AsRef<Path>, config: Config) -> Result<Store> {
-        let path = dir.as_ref().to_path_buf();
+        let path = dir.as_ref();
         config.validate()?;
-        let db = Self::open_engine(&path)?;
-        if db
-            .get(keys::meta("format"))
-            .map_err(engine(&path))?
-            .is_some()
-        {
-            return Err(StoreError::AlreadyExists { path });
-        }
-        let mut batch = sled::Batch::default();
-        batch.insert(keys::meta("format"), Self::blob(&path, &FORMAT_VERSION)?);
-        batch.insert(keys::meta("config"), Self::blob(&path, &config)?);
-        batch.insert(
-            keys::meta("checkpoint"),
-            Self::blob(&path, &Checkpoint { log_pos: 0 })?,
-        );
-        db.apply_batch(batch).map_err(engine(&path))?;
-        db.flush().map_err(engine(&path))?;
-        Self::load(path, db)
+        let engine =
+            SledEngine::create(path, config.engine_cache_bytes).map_err(|e| open_error(path, e))?;
+        Self::create_with(Box::new(engine), config)
     }
 
-    /// Opens an existing store, replaying its log past the last checkpoint.
+    /// Opens an existing store on sled, replaying its log past the last checkpoint.
     pub fn open(dir: impl AsRef<Path>) -> Result<Store> {
-        let path = dir.as_ref().to_path_buf();
-        if !path.join("conf").exists() && !path.join("db").exists() {
-            return Err(StoreError::NotAStore { path });
+        let path = dir.as_ref();
+        match SledEngine::open(path) {
+            Ok(Some(engine)) => Self::open_with(Box::new(engine)),
+            Ok(None) => Err(StoreError::NotAStore {
+                path: path.to_path_buf(),
+            }),
+            Err(e) => Err(open_error(path, e)),
         }
-        let db = Self::open_engine(&path)?;
-        Self::load(path, db)
+    }
+
+    /// Creates a store with `config` on `engine`, which must not hold one already.
+    pub fn create_with(engine: Box<dyn Engine>, config: Config) -> Result<Store> {
+        config.validate()?;
+        let engine = Seam::new(engine);
+        let path = engine.path().to_path_buf();
+        if engine.get(&keys::meta("format"))?.is_some() {
+            return Err(StoreError::AlreadyExists { path });
+        }
+        let mut batch = WriteBatch::default();
+        let mut put = |name: &str, value: Vec<u8>| {
+            batch
+                .put(keys::meta(name), value)
+                .map_err(|source| StoreError::Engine {
+                    path: path.clone(),
+                    source,
+                })
+        };
+        put("format", Self::blob(&path, &FORMAT_VERSION)?)?;
+        put("config", Self::blob(&path, &config)?)?;
+        put("checkpoint", Self::blob(&path, &Checkpoint { log_pos: 0 })?)?;
+        engine.apply(batch)?;
+        engine.sync()?;
+        Self::load(engine)
+    }
+
+    /// Opens the store held by `engine`, replaying its log past the last checkpoint.
+    pub fn open_with(engine: Box<dyn Engine>) -> Result<Store> {
+        Self::load(Seam::new(engine))
     }
 
     /// Typed access to the sketch set (a copy) of the bucket holding `time`, for services that
@@ -158,6 +192,11 @@ impl Store {
             sets: Self::sets_bytes(&st),
             cache: st.cache.used(),
         })
+    }
+
+    /// Bytes the store occupies on disk (allocated blocks of its files, for sled).
+    pub fn disk_bytes(&self) -> Result<u64> {
+        self.engine.disk_bytes()
     }
 
     /// The store's directory.
@@ -261,8 +300,7 @@ impl Store {
                 })?;
         }
         self.write_pending(st)?;
-        self.db.flush().map_err(engine(&self.path))?;
-        Ok(())
+        self.engine.sync()
     }
 }
 

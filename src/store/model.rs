@@ -36,6 +36,13 @@ pub const MAX_NAME_BYTES: usize = 128;
 /// breaking `flush`'s promise.
 pub const MAX_SKETCH_BLOB: u64 = (super::SEGMENT_BYTES as u64) / 4 - (1 << 20);
 
+/// The storage engine's page cache unless configured otherwise: 64 MiB.
+pub const DEFAULT_ENGINE_CACHE_BYTES: u64 = 64 << 20;
+/// The smallest engine page cache a configuration may ask for.
+pub const MIN_ENGINE_CACHE_BYTES: u64 = 1 << 20;
+/// The largest engine page cache a configuration may ask for.
+pub const MAX_ENGINE_CACHE_BYTES: u64 = 64 << 30;
+
 /// The width of a time bucket (UTC, by event time).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum BucketWidth {
@@ -92,6 +99,41 @@ pub struct Config {
     /// `0xABC` and `0xabc` are one wallet. Fixed at creation: a store that lowercased some of
     /// its input and not the rest would hold one wallet as two items.
     pub lowercase_items: bool,
+    /// Bytes of the storage engine's page cache (sled's cache capacity), outside
+    /// `memory_budget`. sled's own default, 1 GiB, was most of a process's memory.
+    pub engine_cache_bytes: u64,
+}
+
+/// The configuration as stores written before `engine_cache_bytes` hold it (see
+/// [`ConfigV1`] for why each old layout is decoded as itself).
+#[derive(Deserialize)]
+pub(crate) struct ConfigV2 {
+    item_field: String,
+    tag_fields: Vec<String>,
+    bucket: BucketWidth,
+    sketches: SketchConfig,
+    retention_ms: Option<i64>,
+    memory_budget: usize,
+    checkpoint_every: u64,
+    cache_bytes: usize,
+    lowercase_items: bool,
+}
+
+impl From<ConfigV2> for Config {
+    fn from(c: ConfigV2) -> Self {
+        Config {
+            item_field: c.item_field,
+            tag_fields: c.tag_fields,
+            bucket: c.bucket,
+            sketches: c.sketches,
+            retention_ms: c.retention_ms,
+            memory_budget: c.memory_budget,
+            checkpoint_every: c.checkpoint_every,
+            cache_bytes: c.cache_bytes,
+            lowercase_items: c.lowercase_items,
+            engine_cache_bytes: DEFAULT_ENGINE_CACHE_BYTES,
+        }
+    }
 }
 
 /// The configuration as stores written before `lowercase_items` existed hold it. bincode is
@@ -122,6 +164,7 @@ impl From<ConfigV1> for Config {
             checkpoint_every: c.checkpoint_every,
             cache_bytes: c.cache_bytes,
             lowercase_items: false,
+            engine_cache_bytes: DEFAULT_ENGINE_CACHE_BYTES,
         }
     }
 }
@@ -148,6 +191,7 @@ impl Default for Config {
             checkpoint_every: 5_000_000,
             cache_bytes: 64 << 20,
             lowercase_items: false,
+            engine_cache_bytes: DEFAULT_ENGINE_CACHE_BYTES,
         }
     }
 }
@@ -214,6 +258,13 @@ impl Config {
             return Err(StoreError::ConfigValue(
                 "checkpoint interval must be at least 1 event".into(),
             ));
+        }
+        // Below a few pages sled thrashes on every read; above the limit the bound is no bound.
+        if !(MIN_ENGINE_CACHE_BYTES..=MAX_ENGINE_CACHE_BYTES).contains(&self.engine_cache_bytes) {
+            return Err(StoreError::ConfigValue(format!(
+                "engine cache of {} bytes: must be between {MIN_ENGINE_CACHE_BYTES} (1 MiB) and {MAX_ENGINE_CACHE_BYTES} (64 GiB)",
+                self.engine_cache_bytes
+            )));
         }
         Ok(())
     }
@@ -509,5 +560,18 @@ mod tests {
             ..Config::default()
         };
         assert!(bad.validate().is_err());
+        for (cache, ok) in [
+            (0, false),
+            (MIN_ENGINE_CACHE_BYTES - 1, false),
+            (MIN_ENGINE_CACHE_BYTES, true),
+            (MAX_ENGINE_CACHE_BYTES, true),
+            (MAX_ENGINE_CACHE_BYTES + 1, false),
+        ] {
+            let c = Config {
+                engine_cache_bytes: cache,
+                ..Config::default()
+            };
+            assert_eq!(c.validate().is_ok(), ok, "engine cache {cache}");
+        }
     }
 }

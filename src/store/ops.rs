@@ -248,11 +248,8 @@ impl Store {
                 .map_or(i64::MIN, |s| self.config.bucket.bucket_of(s)),
         );
         let mut out = Vec::new();
-        for entry in self.db.range(start..) {
-            let (k, _) = entry.map_err(|source| StoreError::Engine {
-                path: self.path.clone(),
-                source,
-            })?;
+        for entry in self.engine.range(&start, None) {
+            let (k, _) = entry?;
             if !k.starts_with(&prefix) {
                 break;
             }
@@ -609,11 +606,24 @@ impl Store {
         &self,
         slice: &Slice,
         range: &TimeRange,
-        mut each: impl FnMut(&LogEvent<'_>, &dyn Fn(&LogEvent<'_>) -> Event),
+        each: impl FnMut(&LogEvent<'_>, &dyn Fn(&LogEvent<'_>) -> Event),
     ) -> Result<u64> {
+        Ok(self
+            .scan_events_until(slice, range, &|| false, each)?
+            .unwrap_or(0))
+    }
+
+    /// [`Store::scan_events`] that can stop early: see [`Store::scan_until`].
+    pub fn scan_events_until(
+        &self,
+        slice: &Slice,
+        range: &TimeRange,
+        stop: &dyn Fn() -> bool,
+        mut each: impl FnMut(&LogEvent<'_>, &dyn Fn(&LogEvent<'_>) -> Event),
+    ) -> Result<Option<u64>> {
         range.check()?;
         let mut st = self.lock()?;
-        self.scan_locked(&mut st, slice, range, |ev, tags| {
+        self.scan_locked(&mut st, slice, range, stop, |ev, tags| {
             each(ev, &|e| Store::to_event(e, tags))
         })
     }
@@ -626,12 +636,26 @@ impl Store {
         &self,
         slice: &Slice,
         range: &TimeRange,
-        mut each: impl FnMut(&LogEvent<'_>),
+        each: impl FnMut(&LogEvent<'_>),
     ) -> Result<u64> {
+        Ok(self.scan_until(slice, range, &|| false, each)?.unwrap_or(0))
+    }
+
+    /// [`Store::scan`] that can stop early: `stop` is asked before each log block (at most
+    /// [`log::BLOCK_EVENTS`] events), and once it answers true the scan ends there and returns
+    /// `Ok(None)` (`each` has then seen only part of the range). This is how a query is
+    /// cancelled within a fraction of a second however many events the range holds.
+    pub fn scan_until(
+        &self,
+        slice: &Slice,
+        range: &TimeRange,
+        stop: &dyn Fn() -> bool,
+        mut each: impl FnMut(&LogEvent<'_>),
+    ) -> Result<Option<u64>> {
         range.check()?;
         let mut st = self.lock()?;
         let mut panicked = None;
-        let scanned = self.scan_locked(&mut st, slice, range, |ev, _| {
+        let scanned = self.scan_locked(&mut st, slice, range, stop, |ev, _| {
             if panicked.is_none() {
                 // `each` is the caller's code: a panic in it must not poison the store's lock
                 // (nothing of the state is being changed while it runs).
@@ -646,21 +670,23 @@ impl Store {
         scanned
     }
 
+    /// Scans under the lock; `Ok(None)` when `stop` ended it early.
     fn scan_locked(
         &self,
         st: &mut State,
         slice: &Slice,
         range: &TimeRange,
+        stop: &dyn Fn() -> bool,
         mut each: impl FnMut(&LogEvent<'_>, &super::state::TagDict),
-    ) -> Result<u64> {
+    ) -> Result<Option<u64>> {
         let tag = self.tag_id(st, slice)?;
         self.write_pending(st)?;
         let mut decoded = 0u64;
-        for entry in self.db.scan_prefix([keys::INDEX]) {
-            let (k, v) = entry.map_err(|source| StoreError::Engine {
-                path: self.path.clone(),
-                source,
-            })?;
+        for entry in self.engine.prefix(&[keys::INDEX]) {
+            if stop() {
+                return Ok(None);
+            }
+            let (k, v) = entry?;
             let first = keys::seq_of(&k).unwrap_or(0);
             let info = log::BlockInfo::decode(&v).map_err(|detail| StoreError::DamagedLog {
                 name: format!("log block index at event {first}"),
@@ -671,17 +697,13 @@ impl Store {
             if !overlaps {
                 continue;
             }
-            let block = self
-                .db
-                .get(keys::log(first))
-                .map_err(|source| StoreError::Engine {
-                    path: self.path.clone(),
-                    source,
-                })?
-                .ok_or_else(|| StoreError::DamagedLog {
-                    name: format!("log block at event {first}"),
-                    detail: "missing".into(),
-                })?;
+            let block =
+                self.engine
+                    .get(&keys::log(first))?
+                    .ok_or_else(|| StoreError::DamagedLog {
+                        name: format!("log block at event {first}"),
+                        detail: "missing".into(),
+                    })?;
             let tags = &st.tags;
             log::decode_block(&block, |ev| {
                 decoded += 1;
@@ -694,7 +716,7 @@ impl Store {
                 detail,
             })?;
         }
-        Ok(decoded)
+        Ok(Some(decoded))
     }
 
     /// Scans and decodes events into owned [`Event`]s (tags resolved through the dictionary,
@@ -703,7 +725,7 @@ impl Store {
         range.check()?;
         let mut st = self.lock()?;
         let mut out = Vec::new();
-        self.scan_locked(&mut st, slice, range, |ev, tags| {
+        self.scan_locked(&mut st, slice, range, &|| false, |ev, tags| {
             out.push(Store::to_event(ev, tags))
         })?;
         Ok(out)

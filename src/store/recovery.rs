@@ -8,80 +8,19 @@
 use super::checkpoint::Checkpoint;
 use super::error::{Result, StoreError};
 use super::model::{self, Config, Event};
+use super::seam::Seam;
 use super::sets::AllTime;
 use super::state::{State, TagDict};
-use super::{codec, engine, keys, kinds, log, ops, Store, FORMAT_VERSION};
+use super::{codec, keys, kinds, log, ops, Store, FORMAT_VERSION};
 use crate::hash::Item;
 use crate::sketch::{ScalableBloom, Sketch};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 
-/// sled segment size for new stores (sled's default is 512 KiB). sled 0.34 writes any value,
-/// or consolidated tree node, larger than a quarter segment to a file of its own, which costs a
-/// file creation and which sled never fsyncs (spacejam/sled#1077): such data is safe from a
-/// process crash but not from a power cut. 16 MiB (sled's maximum) puts the limit at 4 MiB, so
-/// log blocks (at most [`log::BLOCK_BYTES`]), their tree nodes and default-sized sketches
-/// (a 1.2 MB Bloom filter) stay in the segment log that `flush` syncs. The cost is a larger
-/// minimum footprint (about 17 MB for an empty store instead of 8 MB).
-pub const SEGMENT_BYTES: usize = 16 << 20;
-
-/// How long opening waits for a store's lock before reporting it held.
-const LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
-
 impl Store {
-    /// sled's segment size for a store at `path`: the one it was created with (sled refuses to
-    /// open with another), or [`SEGMENT_BYTES`] for a new store.
-    pub(super) fn segment_size(path: &Path) -> usize {
-        let persisted = std::fs::read(path.join("conf")).ok().and_then(|conf| {
-            String::from_utf8_lossy(&conf)
-                .lines()
-                .find_map(|l| l.strip_prefix("segment_size: "))
-                .and_then(|v| v.trim().parse().ok())
-        });
-        persisted.unwrap_or(SEGMENT_BYTES)
-    }
-
-    /// Opens sled at `path`. A lock held by this process's previous handle, whose I/O threads
-    /// can outlive its drop by a moment, is waited out for up to [`LOCK_WAIT`]; a lock still
-    /// held after that (another process) is [`StoreError::Locked`].
-    pub(super) fn open_engine(path: &Path) -> Result<sled::Db> {
-        let started = std::time::Instant::now();
-        loop {
-            match Self::try_open_engine(path) {
-                Err(StoreError::Locked { .. }) if started.elapsed() < LOCK_WAIT => {
-                    std::thread::sleep(std::time::Duration::from_millis(10));
-                }
-                other => return other,
-            }
-        }
-    }
-
-    pub(super) fn try_open_engine(path: &Path) -> Result<sled::Db> {
-        sled::Config::new()
-            .path(path)
-            // Durability is ours to decide: nothing is synced behind flush()'s back.
-            .flush_every_ms(None)
-            .segment_size(Self::segment_size(path))
-            .open()
-            .map_err(|source| match &source {
-                sled::Error::Io(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    StoreError::Locked {
-                        path: path.to_path_buf(),
-                    }
-                }
-                sled::Error::Io(e) if e.to_string().contains("lock") => StoreError::Locked {
-                    path: path.to_path_buf(),
-                },
-                _ => StoreError::Engine {
-                    path: path.to_path_buf(),
-                    source,
-                },
-            })
-    }
-
     pub(super) fn blob<T: Serialize>(path: &Path, value: &T) -> Result<Vec<u8>> {
         codec::encode(kinds::META.blob, value).map_err(|e| StoreError::DamagedLog {
             name: format!("{} metadata", path.display()),
@@ -90,11 +29,10 @@ impl Store {
     }
 
     pub(super) fn read_meta<T: serde::de::DeserializeOwned>(
-        path: &Path,
-        db: &sled::Db,
+        engine: &Seam,
         name: &str,
     ) -> Result<Option<T>> {
-        match db.get(keys::meta(name)).map_err(engine(path))? {
+        match engine.get(&keys::meta(name))? {
             None => Ok(None),
             Some(bytes) => codec::decode(kinds::META.blob, &bytes)
                 .map(Some)
@@ -107,29 +45,33 @@ impl Store {
 
     /// The stored configuration, in its current layout or the one before `lowercase_items`
     /// (see [`model::ConfigV1`]).
-    pub(super) fn read_config(path: &Path, db: &sled::Db) -> Result<Config> {
-        let config = match Self::read_meta::<Config>(path, db, "config") {
+    pub(super) fn read_config(engine: &Seam) -> Result<Config> {
+        let config = match Self::read_meta::<Config>(engine, "config") {
             Ok(c) => c,
-            Err(current) => match Self::read_meta::<model::ConfigV1>(path, db, "config") {
+            Err(current) => match Self::read_meta::<model::ConfigV2>(engine, "config") {
                 Ok(old) => old.map(Config::from),
-                Err(_) => return Err(current),
+                Err(_) => match Self::read_meta::<model::ConfigV1>(engine, "config") {
+                    Ok(old) => old.map(Config::from),
+                    Err(_) => return Err(current),
+                },
             },
         };
         config.ok_or_else(|| StoreError::NotAStore {
-            path: path.to_path_buf(),
+            path: engine.path().to_path_buf(),
         })
     }
 
-    pub(super) fn load(path: PathBuf, db: sled::Db) -> Result<Store> {
-        let (config, state) = Self::read_state(path.clone(), &db)?;
+    pub(super) fn load(engine: Seam) -> Result<Store> {
+        let (config, state) = Self::read_state(&engine)?;
         // Before anything new is written at these positions.
-        Self::remove_orphan_blocks(&path, &db, state.next_seq)?;
+        Self::remove_orphan_blocks(&engine, state.next_seq)?;
         let store = Store {
-            path,
-            db,
+            path: engine.path().to_path_buf(),
+            engine,
             config,
             state: Mutex::new(state),
             importer: AtomicU64::new(0),
+            sample_seed: std::sync::OnceLock::new(),
         };
         store.replay()?;
         Ok(store)
@@ -137,8 +79,9 @@ impl Store {
 
     /// The store's configuration and in-memory state as stored: no sets loaded, nothing
     /// replayed.
-    pub(super) fn read_state(path: PathBuf, db: &sled::Db) -> Result<(Config, State)> {
-        let version: u32 = match Self::read_meta(&path, db, "format")? {
+    pub(super) fn read_state(engine: &Seam) -> Result<(Config, State)> {
+        let path = engine.path().to_path_buf();
+        let version: u32 = match Self::read_meta(engine, "format")? {
             Some(v) => v,
             None => return Err(StoreError::NotAStore { path }),
         };
@@ -149,14 +92,14 @@ impl Store {
                 supported: FORMAT_VERSION,
             });
         }
-        let config = Self::read_config(&path, db)?;
+        let config = Self::read_config(engine)?;
         let checkpoint: Checkpoint =
-            Self::read_meta(&path, db, "checkpoint")?.unwrap_or(Checkpoint { log_pos: 0 });
-        let log_retained_from: Option<i64> = Self::read_meta(&path, db, "retained_from")?;
+            Self::read_meta(engine, "checkpoint")?.unwrap_or(Checkpoint { log_pos: 0 });
+        let log_retained_from: Option<i64> = Self::read_meta(engine, "retained_from")?;
 
         let mut tags = TagDict::default();
-        for entry in db.scan_prefix([keys::TAG]) {
-            let (k, v) = entry.map_err(engine(&path))?;
+        for entry in engine.prefix(&[keys::TAG]) {
+            let (k, v) = entry?;
             let id = k
                 .get(1..5)
                 .and_then(|b| b.try_into().ok())
@@ -179,7 +122,7 @@ impl Store {
         }
         tags.persisted = tags.names.len() as u32;
 
-        let all_time = match db.get(keys::ALL_TIME).map_err(engine(&path))? {
+        let all_time = match engine.get(keys::ALL_TIME)? {
             Some(bytes) => codec::decode::<AllTime>(kinds::ALL_TIME.blob, &bytes)
                 .map_err(|e| StoreError::DamagedLog {
                     name: "all-time bloom filter".into(),
@@ -198,11 +141,7 @@ impl Store {
             },
         };
 
-        let last_block = db
-            .scan_prefix([keys::INDEX])
-            .next_back()
-            .transpose()
-            .map_err(engine(&path))?;
+        let last_block = engine.last_in(&[keys::INDEX], &[keys::INDEX + 1])?;
         let next_seq = match last_block {
             Some((_, v)) => log::BlockInfo::decode(&v)
                 .map_err(|detail| StoreError::DamagedLog {
@@ -326,18 +265,15 @@ mod tests {
         store.flush().expect("flush");
         // What a crash leaves: the log flushed, the sets never checkpointed since. Rewinding
         // the checkpoint record makes the next open replay every event.
-        store
-            .db
-            .insert(
-                keys::meta("checkpoint"),
-                Store::blob(&dir, &Checkpoint { log_pos: 0 }).expect("blob"),
-            )
-            .expect("insert");
-        store.db.remove(keys::ALL_TIME).expect("remove");
-        for key in store.db.scan_prefix([keys::SKETCH]).keys() {
-            store.db.remove(key.expect("key")).expect("remove");
+        poke(
+            &store,
+            &keys::meta("checkpoint"),
+            Some(Store::blob(&dir, &Checkpoint { log_pos: 0 }).expect("blob")),
+        );
+        poke(&store, keys::ALL_TIME, None);
+        for (key, _) in entries(&store, &[keys::SKETCH]) {
+            poke(&store, &key, None);
         }
-        store.db.flush().expect("sync");
         // Keep the drop from checkpointing over what was just rewound.
         store.lock().expect("lock").broken = Some("test: simulated crash".into());
         drop(store);
@@ -367,12 +303,12 @@ mod tests {
         // What a crash after early block writes, before the flush that indexes them, leaves.
         let next = store.lock().expect("lock").next_seq;
         for first in [next, next + log::BLOCK_EVENTS as u64] {
-            store
-                .db
-                .insert(keys::log(first), b"written early, never indexed".to_vec())
-                .expect("insert");
+            poke(
+                &store,
+                &keys::log(first),
+                Some(b"written early, never indexed".to_vec()),
+            );
         }
-        store.db.flush().expect("sync");
         // The closing checkpoint indexes only blocks this process wrote, so they stay orphans.
         drop(store);
         let store = Store::open(&dir).expect("reopen");
@@ -384,25 +320,5 @@ mod tests {
         assert_eq!(logged_events(&store), 110);
         drop(store);
         let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn a_new_store_gets_large_segments_and_an_old_one_keeps_its_own() {
-        let dir = tempdir("segments");
-        assert_eq!(Store::segment_size(&dir), SEGMENT_BYTES);
-        drop(Store::create(&dir, config()).expect("create"));
-        assert_eq!(Store::segment_size(&dir), SEGMENT_BYTES);
-        // A store made with sled's default segment size (as before SEGMENT_BYTES) still opens.
-        let old = tempdir("segments-old");
-        let db = sled::Config::new()
-            .path(&old)
-            .segment_size(512 * 1024)
-            .open()
-            .expect("sled");
-        drop(db);
-        assert_eq!(Store::segment_size(&old), 512 * 1024);
-        assert!(Store::open_engine(&old).is_ok());
-        let _ = std::fs::remove_dir_all(&dir);
-        let _ = std::fs::remove_dir_all(&old);
     }
 }

@@ -8,7 +8,7 @@ use super::error::{Result, StoreError};
 use super::keys::{self, Part};
 use super::model::Event;
 use super::state::{Active, State, TagDict};
-use super::{codec, engine, kinds, Store};
+use super::{codec, kinds, Store};
 use crate::sketch::{
     BloomFilter, CountMin, HyperLogLog, Reservoir, ScalableBloom, Sketch, SketchSet, Theta,
 };
@@ -53,11 +53,7 @@ impl Store {
         tag: u32,
         bucket: i64,
     ) -> Result<Option<S>> {
-        let Some(bytes) = self
-            .db
-            .get(keys::sketch(part, tag, bucket))
-            .map_err(engine(&self.path))?
-        else {
+        let Some(bytes) = self.engine.get(&keys::sketch(part, tag, bucket))? else {
             return Ok(None);
         };
         S::decode(&bytes)
@@ -74,11 +70,7 @@ impl Store {
         tag: u32,
         bucket: i64,
     ) -> Result<Option<(u64, u64)>> {
-        let Some(bytes) = self
-            .db
-            .get(keys::sketch(Part::Header, tag, bucket))
-            .map_err(engine(&self.path))?
-        else {
+        let Some(bytes) = self.engine.get(&keys::sketch(Part::Header, tag, bucket))? else {
             return Ok(None);
         };
         let h: SetHeader =
@@ -89,15 +81,59 @@ impl Store {
         Ok(Some((h.events, h.log_pos)))
     }
 
+    /// Makes samples reproducible from `seed` for this handle: from now on each reservoir this
+    /// `Store` creates or loads draws from a generator seeded from `seed`, its tag, its bucket
+    /// and its log position, instead of the operating system's randomness. The same events
+    /// ingested in the same order into a new store then keep the same samples, which is what a
+    /// demo or a test that prints samples needs. Not kept in the store: a store opened again
+    /// samples from the operating system unless seeded again. Only the first call counts.
+    pub fn seed_samples(&self, seed: u64) -> Result<()> {
+        if self.sample_seed.set(seed).is_err() {
+            return Ok(());
+        }
+        let mut st = self.lock()?;
+        for (&(tag, bucket), active) in st.sets.iter_mut() {
+            if let Some(s) = self.set_seed(tag, bucket, active.log_pos) {
+                active.set.reservoir.reseed(s);
+            }
+        }
+        Ok(())
+    }
+
+    /// The seed of a set's reservoir under [`Store::seed_samples`].
+    fn set_seed(&self, tag: u32, bucket: i64, log_pos: u64) -> Option<u64> {
+        // SplitMix64's finaliser over each part, so nearby tags and buckets get unrelated seeds.
+        let mix = |mut z: u64| {
+            z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        };
+        let mut x = *self.sample_seed.get()?;
+        for part in [u64::from(tag), bucket as u64, log_pos] {
+            x = mix(x ^ part);
+        }
+        Some(x)
+    }
+
     /// Makes sure the set for (tag, bucket) is in memory, loading it or creating it empty.
     pub(super) fn ensure_loaded(&self, st: &mut State, tag: u32, bucket: i64) -> Result<()> {
         if st.sets.contains_key(&(tag, bucket)) {
             return Ok(());
         }
         let (set, log_pos) = match self.read_set(&st.tags, tag, bucket)? {
-            Some(stored) => stored,
+            Some((mut set, log_pos)) => {
+                if let Some(seed) = self.set_seed(tag, bucket, log_pos) {
+                    set.reservoir.reseed(seed);
+                }
+                (set, log_pos)
+            }
             None => (
-                SketchSet::new(&self.config.sketches).map_err(StoreError::Config)?,
+                match self.set_seed(tag, bucket, 0) {
+                    Some(seed) => SketchSet::with_seed(&self.config.sketches, seed),
+                    None => SketchSet::new(&self.config.sketches),
+                }
+                .map_err(StoreError::Config)?,
                 0,
             ),
         };

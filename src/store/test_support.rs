@@ -1,7 +1,7 @@
 //! Helpers shared by the store's unit tests.
 
 use super::model::Slice;
-use super::{keys, Config, Event, Store, TimeRange};
+use super::{keys, Config, Event, Store, TimeRange, WriteBatch};
 use crate::gen::wallet_address;
 use std::path::PathBuf;
 
@@ -40,14 +40,32 @@ pub(crate) fn events(first: u64, n: u64) -> Vec<Event> {
 /// The first sequence numbers of the `L` and of the `I` keys.
 pub(crate) fn block_keys(store: &Store) -> (Vec<u64>, Vec<u64>) {
     let seqs = |prefix: u8| -> Vec<u64> {
-        store
-            .db
-            .scan_prefix([prefix])
-            .keys()
-            .map(|k| keys::seq_of(&k.expect("key")).expect("a seq"))
+        entries(store, &[prefix])
+            .into_iter()
+            .map(|(k, _)| keys::seq_of(&k).expect("a seq"))
             .collect()
     };
     (seqs(keys::LOG), seqs(keys::INDEX))
+}
+
+/// Every entry under `prefix`, read through the store's engine.
+pub(crate) fn entries(store: &Store, prefix: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    store
+        .engine
+        .prefix(prefix)
+        .collect::<Result<_, _>>()
+        .expect("scan")
+}
+
+/// Writes (`Some`) or removes (`None`) one key behind the store's back, and syncs.
+pub(crate) fn poke(store: &Store, key: &[u8], value: Option<Vec<u8>>) {
+    let mut batch = WriteBatch::default();
+    match value {
+        Some(v) => batch.put(key.to_vec(), v).expect("put"),
+        None => batch.delete(key.to_vec()),
+    }
+    store.engine.apply(batch).expect("apply");
+    store.engine.sync().expect("sync");
 }
 
 pub(crate) fn logged_events(store: &Store) -> usize {

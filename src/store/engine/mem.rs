@@ -1,0 +1,324 @@
+//! `MemEngine`: an engine in memory for tests, with what a real disk does to unsynced writes.
+//!
+//! Owns two views of the data: the *durable* one (what survives a crash) and the *volatile*
+//! one (what reads see: durable plus every batch applied since the last sync, in order).
+//! [`MemEngine::crash`] keeps the durable view plus a prefix of the unsynced batches, as sled
+//! recovers a prefix of its log, and fails the crashed handle for good, as a dead process writes
+//! nothing more. [`MemEngine::fail_nth_write`], [`MemEngine::fail_nth_sync`] and
+//! [`MemEngine::panic_on_nth`] inject failures at a chosen call.
+//!
+//! Must not: be used by production code paths (it is public, and hidden from the docs, only so
+//! that integration tests can drive a store on it).
+
+use super::{Engine, EngineError, Entries, Entry, WriteBatch};
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+type Map = BTreeMap<Vec<u8>, Vec<u8>>;
+
+#[derive(Default)]
+struct Inner {
+    durable: Map,
+    volatile: Map,
+    /// Batches applied since the last sync, oldest first.
+    unsynced: Vec<WriteBatch>,
+    /// Bumped by every crash; a handle of an older generation refuses every call.
+    generation: u64,
+    calls: u64,
+    writes: u64,
+    syncs: u64,
+    fail_write: Option<u64>,
+    fail_sync: Option<u64>,
+    panic_at: Option<u64>,
+}
+
+/// An in-memory [`Engine`]. Clones share the same data (a test keeps one to crash the engine
+/// under a store).
+#[doc(hidden)]
+#[derive(Clone)]
+pub struct MemEngine {
+    inner: Arc<Mutex<Inner>>,
+    generation: u64,
+    location: PathBuf,
+}
+
+impl Default for MemEngine {
+    fn default() -> Self {
+        MemEngine::new()
+    }
+}
+
+fn apply_to(map: &mut Map, batch: &WriteBatch) {
+    for (k, v) in batch.ops() {
+        match v {
+            Some(v) => {
+                map.insert(k.clone(), v.clone());
+            }
+            None => {
+                map.remove(k);
+            }
+        }
+    }
+}
+
+impl MemEngine {
+    pub fn new() -> MemEngine {
+        MemEngine {
+            inner: Arc::new(Mutex::new(Inner::default())),
+            generation: 0,
+            location: PathBuf::from("<memory>"),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic injected by `panic_on_nth` happens with the lock released; a poisoned lock
+        // would mean a bug in this file, and the data is still consistent (every change below
+        // is made whole under the lock).
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts a call and decides its fate: a crashed handle refuses, an armed panic fires.
+    fn enter(&self, op: &'static str) -> Result<MutexGuard<'_, Inner>, EngineError> {
+        let mut inner = self.lock();
+        if inner.generation != self.generation {
+            return Err(EngineError::Failed {
+                reason: format!("{op} after a simulated crash"),
+            });
+        }
+        inner.calls += 1;
+        if inner.panic_at == Some(inner.calls) {
+            inner.panic_at = None;
+            let call = inner.calls;
+            drop(inner);
+            panic!("MemEngine: injected panic in {op} (call {call})");
+        }
+        Ok(inner)
+    }
+
+    /// A crash: every batch not yet synced is lost except the first `keep` of them (sled
+    /// recovers a prefix of its log). Returns a handle on what survived; this handle, and every
+    /// other clone made before, refuses every call from now on.
+    pub fn crash(&self, keep: usize) -> MemEngine {
+        let mut inner = self.lock();
+        let unsynced = std::mem::take(&mut inner.unsynced);
+        for batch in unsynced.iter().take(keep) {
+            apply_to(&mut inner.durable, batch);
+        }
+        inner.volatile = inner.durable.clone();
+        inner.generation += 1;
+        inner.fail_write = None;
+        inner.fail_sync = None;
+        inner.panic_at = None;
+        MemEngine {
+            inner: Arc::clone(&self.inner),
+            generation: inner.generation,
+            location: self.location.clone(),
+        }
+    }
+
+    /// Batches applied since the last sync.
+    pub fn unsynced_batches(&self) -> usize {
+        self.lock().unsynced.len()
+    }
+
+    /// The `n`-th `apply` from now (1 is the next) fails, writing nothing.
+    pub fn fail_nth_write(&self, n: u64) {
+        let mut inner = self.lock();
+        inner.fail_write = Some(inner.writes + n);
+    }
+
+    /// The `n`-th `sync` from now fails, making nothing durable.
+    pub fn fail_nth_sync(&self, n: u64) {
+        let mut inner = self.lock();
+        inner.fail_sync = Some(inner.syncs + n);
+    }
+
+    /// The `n`-th call of any kind from now panics before doing anything.
+    pub fn panic_on_nth(&self, n: u64) {
+        let mut inner = self.lock();
+        inner.panic_at = Some(inner.calls + n);
+    }
+
+    /// Clears every armed failure.
+    pub fn disarm(&self) {
+        let mut inner = self.lock();
+        inner.fail_write = None;
+        inner.fail_sync = None;
+        inner.panic_at = None;
+    }
+
+    /// A copy of what a crash now would keep at least (the durable view).
+    pub fn durable(&self) -> BTreeMap<Vec<u8>, Vec<u8>> {
+        self.lock().durable.clone()
+    }
+
+    /// A copy of what reads see now (the volatile view).
+    pub fn volatile(&self) -> BTreeMap<Vec<u8>, Vec<u8>> {
+        self.lock().volatile.clone()
+    }
+
+    /// Sets `key` in both views at once, bypassing the store (tests damage values this way).
+    pub fn poke(&self, key: &[u8], value: Option<Vec<u8>>) {
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        for map in [&mut inner.durable, &mut inner.volatile] {
+            match &value {
+                Some(v) => {
+                    map.insert(key.to_vec(), v.clone());
+                }
+                None => {
+                    map.remove(key);
+                }
+            }
+        }
+    }
+}
+
+impl Engine for MemEngine {
+    fn location(&self) -> &Path {
+        &self.location
+    }
+
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
+        let inner = self.enter("get")?;
+        Ok(inner.volatile.get(key).cloned())
+    }
+
+    fn range<'a>(&'a self, start: &[u8], end: Option<&[u8]>) -> Entries<'a> {
+        let inner = match self.enter("range") {
+            Ok(inner) => inner,
+            Err(e) => return Box::new(std::iter::once(Err(e))),
+        };
+        let upper = match end {
+            Some(e) => Bound::Excluded(e.to_vec()),
+            None => Bound::Unbounded,
+        };
+        if end.is_some_and(|e| e <= start) {
+            return Box::new(std::iter::empty());
+        }
+        let entries: Vec<Result<Entry, EngineError>> = inner
+            .volatile
+            .range((Bound::Included(start.to_vec()), upper))
+            .map(|(k, v)| Ok((k.clone(), v.clone())))
+            .collect();
+        Box::new(entries.into_iter())
+    }
+
+    fn last_in(&self, start: &[u8], end: &[u8]) -> Result<Option<Entry>, EngineError> {
+        let inner = self.enter("last_in")?;
+        if end <= start {
+            return Ok(None);
+        }
+        Ok(inner
+            .volatile
+            .range(start.to_vec()..end.to_vec())
+            .next_back()
+            .map(|(k, v)| (k.clone(), v.clone())))
+    }
+
+    fn apply(&self, batch: WriteBatch) -> Result<(), EngineError> {
+        let mut inner = self.enter("apply")?;
+        inner.writes += 1;
+        if inner.fail_write == Some(inner.writes) {
+            return Err(EngineError::Injected {
+                op: "apply",
+                call: inner.calls,
+            });
+        }
+        apply_to(&mut inner.volatile, &batch);
+        inner.unsynced.push(batch);
+        Ok(())
+    }
+
+    fn sync(&self) -> Result<(), EngineError> {
+        let mut inner = self.enter("sync")?;
+        inner.syncs += 1;
+        if inner.fail_sync == Some(inner.syncs) {
+            return Err(EngineError::Injected {
+                op: "sync",
+                call: inner.calls,
+            });
+        }
+        let unsynced = std::mem::take(&mut inner.unsynced);
+        for batch in &unsynced {
+            apply_to(&mut inner.durable, batch);
+        }
+        Ok(())
+    }
+
+    fn disk_bytes(&self) -> Result<u64, EngineError> {
+        let inner = self.enter("disk_bytes")?;
+        Ok(inner
+            .durable
+            .iter()
+            .map(|(k, v)| (k.len() + v.len()) as u64)
+            .sum())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(e: &MemEngine, key: &[u8]) -> Result<(), EngineError> {
+        let mut batch = WriteBatch::default();
+        batch.put(key.to_vec(), key.to_vec())?;
+        e.apply(batch)
+    }
+
+    fn keys(map: &Map) -> Vec<&[u8]> {
+        map.keys().map(|k| k.as_slice()).collect()
+    }
+
+    #[test]
+    fn a_crash_keeps_what_was_synced_and_a_prefix_of_the_rest() {
+        let e = MemEngine::new();
+        put(&e, b"a").expect("a");
+        e.sync().expect("sync");
+        for k in [b"b", b"c", b"d"] {
+            put(&e, k).expect("put");
+        }
+        // Reads see everything applied; a crash now keeps only what was synced.
+        assert_eq!(e.get(b"d").expect("get"), Some(b"d".to_vec()));
+        assert_eq!(keys(&e.durable()), [b"a"]);
+        let after = e.crash(2);
+        assert!(matches!(e.get(b"a"), Err(EngineError::Failed { .. })));
+        assert_eq!(keys(&after.volatile()), [b"a", b"b", b"c"]);
+        // What survived a crash is durable: the next crash keeps it.
+        let again = after.crash(0);
+        assert_eq!(keys(&again.volatile()), [b"a", b"b", b"c"]);
+    }
+
+    #[test]
+    fn an_injected_write_failure_writes_nothing_and_only_once() {
+        let e = MemEngine::new();
+        e.fail_nth_write(2);
+        put(&e, b"a").expect("first write");
+        assert!(matches!(
+            put(&e, b"b"),
+            Err(EngineError::Injected { op: "apply", .. })
+        ));
+        put(&e, b"c").expect("third write");
+        e.fail_nth_sync(1);
+        assert!(e.sync().is_err());
+        assert!(
+            e.durable().is_empty(),
+            "a failed sync makes nothing durable"
+        );
+        e.sync().expect("sync");
+        assert_eq!(keys(&e.durable()), [b"a", b"c"]);
+    }
+
+    #[test]
+    fn an_injected_panic_fires_at_its_call_and_leaves_the_data_whole() {
+        let e = MemEngine::new();
+        put(&e, b"a").expect("a");
+        e.panic_on_nth(2);
+        e.get(b"a").expect("first call");
+        let caught = std::panic::catch_unwind(|| e.get(b"a"));
+        assert!(caught.is_err(), "the second call panics");
+        assert_eq!(e.get(b"a").expect("after"), Some(b"a".to_vec()));
+    }
+}
