@@ -601,14 +601,16 @@ fn masked_timings(report: &str) -> String {
             for i in 1..words.len() {
                 let unit = words[i]
                     .trim_start_matches('(')
-                    .trim_end_matches([')', '.', ',', ';']);
+                    .trim_end_matches([')', '.', ',', ';'])
+                    .to_string();
                 let number = words[i - 1].trim_start_matches('(').replace(',', "");
-                if matches!(unit, "µs" | "ms" | "s" | "events/s") && number.parse::<f64>().is_ok()
+                if matches!(unit.as_str(), "µs" | "ms" | "s" | "events/s")
+                    && number.parse::<f64>().is_ok()
                 {
                     words[i - 1] = "#".into();
                     // The unit too: one run's 998 µs is another's 1.02 ms.
                     if unit != "events/s" {
-                        words[i] = words[i].replacen(unit, "t", 1);
+                        words[i] = words[i].replacen(&unit, "t", 1);
                     }
                 }
             }
