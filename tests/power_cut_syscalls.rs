@@ -273,6 +273,8 @@ fn parent(path: &str) -> String {
 #[derive(Debug, Clone)]
 struct Change {
     what: String,
+    /// Whether the change is to a directory (so its fix is an fsync of the directory).
+    dir: bool,
     /// Log line by which the change had certainly happened (its call's return).
     done: usize,
 }
@@ -319,7 +321,8 @@ impl Pending {
             return;
         }
         self.writes += 1;
-        self.add(path, what, call.end);
+        let dir = call.name.starts_with("mkdir");
+        self.add(path, what, call.end, dir);
     }
 
     /// A change to the entry `path` in its directory, which must then be fsynced. Counts for
@@ -331,15 +334,15 @@ impl Pending {
         self.entry_changes += 1;
         let name = path.rsplit('/').next().unwrap_or(path);
         let what = format!("entry `{name}` {how} by {} at {}", call.name, call.lines());
-        self.add(&parent(path), what, call.end);
+        self.add(&parent(path), what, call.end, true);
     }
 
-    fn add(&mut self, path: &str, what: String, done: usize) {
+    fn add(&mut self, path: &str, what: String, done: usize, dir: bool) {
         self.changed.insert(path.to_string());
         self.changes
             .entry(path.to_string())
             .or_default()
-            .push(Change { what, done });
+            .push(Change { what, done, dir });
     }
 
     /// What was written to a removed file cannot be found after a crash, so its contents need
@@ -560,7 +563,7 @@ check cannot vouch for the store",
         let Some(last) = changes.iter().max_by_key(|c| c.done) else {
             continue;
         };
-        let step = if changes.iter().any(|c| c.what.starts_with("entry ")) {
+        let step = if changes.iter().any(|c| c.dir) {
             "fsync of the directory"
         } else {
             "fsync/fdatasync of the file"
@@ -978,7 +981,9 @@ fn the_checker_follows_directory_descriptors_and_shared_mappings() {
         "{v:?}"
     );
     assert!(
-        v[2].starts_with("/s/tx.db/blobs: ") && v[2].contains("mkdirat"),
+        v[2].starts_with("/s/tx.db/blobs: ")
+            && v[2].contains("mkdirat")
+            && v[2].contains("fsync of the directory"),
         "{v:?}"
     );
 }
