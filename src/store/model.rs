@@ -354,6 +354,13 @@ pub struct Event {
     pub extra: String,
 }
 
+impl crate::sketch::HeapSize for Event {
+    /// The strings' buffers, so a set's reservoir reports what its events hold.
+    fn heap_bytes(&self) -> usize {
+        self.item.heap_bytes() + self.tags.heap_bytes() + self.extra.heap_bytes()
+    }
+}
+
 impl Event {
     /// An event with one tag per `(field, value)`.
     pub fn new(time: i64, item: impl Into<String>, tags: &[(&str, &str)]) -> Self {
