@@ -298,7 +298,7 @@ impl Config {
         for (name, params, bytes) in blobs {
             if bytes > MAX_SKETCH_BLOB {
                 return Err(StoreError::ConfigValue(format!(
-                    "a {name} of {params} takes {bytes} bytes, over the {MAX_SKETCH_BLOB} a stored sketch may take (larger values are not synced by the storage engine)"
+                    "a {name} of {params} takes {bytes} bytes, over the {MAX_SKETCH_BLOB} one sketch of a set may take"
                 )));
             }
         }
