@@ -751,3 +751,47 @@ fn show_tags_is_sorted() {
     assert_eq!(got, ["chain:a", "chain:b", "chain:m", "chain:z"]);
     finish(store);
 }
+
+/// Issue 12: a covering day whose sets still hold exact forms (fingerprints, exact counts) knows
+/// the day, not the asked hours. A wallet seen that day only at 20:00 is "maybe" for 05:00-08:00,
+/// never an exact "yes"; its count and its TOP row are not exact and may be as low as 0.
+#[test]
+fn a_cut_range_over_exact_forms_is_not_exact() {
+    let mut events = Vec::new();
+    for day in 0..3i64 {
+        // Enough events to fill several log blocks (retention drops whole blocks), from 5
+        // wallets, so every set stays in its exact forms.
+        for i in 0..5_000u64 {
+            events.push(Event::new(
+                D28 + day * DAY + 20 * HOUR + i as i64 * 100,
+                wallet_address(14, i % 5),
+                &[("chain", "a")],
+            ));
+        }
+    }
+    let store = retained_store("cut-exact", &events);
+    let mut s = session(&store);
+    // Retention keeps a day of raw events: 10-28's are gone, its sets remain.
+    let r = "FROM 2026-10-28T05 TO 2026-10-28T07";
+    let w = wallet_address(14, 0);
+    let a = s.query(&format!("SEEN {w} {r}")).expect("seen");
+    assert!(!a.exact && text(&a) == "maybe", "{a}");
+    // The whole day is answered exactly from its fingerprints: the form is exact.
+    let a = s.query(&format!("SEEN {w} FROM 2026-10-28")).expect("seen");
+    assert!(a.exact && text(&a) == "yes", "{a}");
+    let a = s.query(&format!("COUNT {w} {r}")).expect("count");
+    assert!(
+        !a.exact && a.lower == Some(0.0) && a.upper == Some(1_000.0),
+        "{a}"
+    );
+    let a = s.query(&format!("TOP 2 wallets {r}")).expect("top");
+    assert!(!a.exact, "{a}");
+    for row in rows(&a) {
+        assert_eq!(
+            (&row["exact"], &row["lower"]),
+            (&serde_json::json!(false), &serde_json::json!(0)),
+            "{row}"
+        );
+    }
+    finish(store);
+}

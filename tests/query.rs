@@ -524,3 +524,94 @@ fn the_exact_fallback_can_be_turned_off_and_then_the_sketch_answers_alone() {
     drop(store);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 12: a set that holds few items keeps them exactly (Bloom fingerprints, exact counts),
+/// and an answer read from those forms says so through `store.query`: SEEN "yes" with the
+/// exact form named and the 64-bit fingerprint collision chance stated (n / 2^64), "no" exact;
+/// COUNT and TOP exact with bounds equal to the value. Per bucket (a range) and all-time.
+#[test]
+fn answers_from_exact_forms_are_labelled_exact() {
+    let dir = tempdir("exact-forms");
+    let store = Store::create(&dir, config()).expect("create");
+    // 40 wallets on chain a over two days, wallet 0 ten times more.
+    let mut events = Vec::new();
+    for i in 0..40u64 {
+        events.push(Event::new(
+            T0 + i as i64 * 1_000,
+            wallet_address(2, i),
+            &[("chain", "a")],
+        ));
+    }
+    for j in 0..10i64 {
+        events.push(Event::new(
+            T0 + DAY + j,
+            wallet_address(2, 0),
+            &[("chain", "a")],
+        ));
+    }
+    store.ingest_batch(&events).expect("ingest");
+    store.flush().expect("flush");
+    let range = "FROM 2025-12-01 TO 2025-12-02";
+
+    // Fingerprints held by the filters read: the all-time filter's 40; over the range, day 1's
+    // 40 and day 2's 1 (a collision with any of them is a wrong "yes": a union bound).
+    for (q, held) in [
+        (format!("SEEN {}", wallet_address(2, 7)), 40.0),
+        (
+            format!("SEEN {} ON chain:a {range}", wallet_address(2, 7)),
+            41.0,
+        ),
+    ] {
+        let a = store.query(&q).expect(&q);
+        assert_eq!(a.value, Value::Text("yes".into()), "{q}: {a}");
+        assert!(a.exact && a.method.ends_with("-exact"), "{q}: {a}");
+        let chance = a.false_positive_rate.expect("collision chance");
+        assert!(
+            (chance - held / 2f64.powi(64)).abs() < chance * 1e-9,
+            "{q}: {chance}"
+        );
+        assert!(
+            a.notes
+                .iter()
+                .any(|n| n.contains("fingerprint") && n.contains("e-18")),
+            "{q}: {:?}",
+            a.notes
+        );
+    }
+    for q in [
+        format!("SEEN {}", wallet_address(2, 99)),
+        format!("SEEN {} ON chain:a {range}", wallet_address(2, 99)),
+    ] {
+        let a = store.query(&q).expect(&q);
+        assert_eq!(a.value, Value::Text("no".into()), "{q}: {a}");
+        assert!(a.exact && a.method.ends_with("-exact"), "{q}: {a}");
+    }
+
+    for q in [
+        format!("COUNT {}", wallet_address(2, 0)),
+        format!("COUNT {} ON chain:a {range}", wallet_address(2, 0)),
+    ] {
+        let a = store.query(&q).expect(&q);
+        assert_eq!((number(&a), a.exact), (11.0, true), "{q}: {a}");
+        assert_eq!(a.method, "countmin-exact", "{q}");
+        assert_eq!((a.lower, a.upper), (Some(11.0), Some(11.0)), "{q}: {a}");
+    }
+    let a = store.query("TOP 2 wallets ON chain:a").expect("top");
+    assert_eq!(
+        (a.method.as_str(), a.exact),
+        ("countmin-exact", true),
+        "{a}"
+    );
+    let Value::List(rows) = &a.value else {
+        panic!("{a}")
+    };
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0]["item"], wallet_address(2, 0));
+    assert_eq!(
+        (rows[0]["count"].as_u64(), rows[1]["count"].as_u64()),
+        (Some(11), Some(1))
+    );
+    assert!(rows.iter().all(|r| r["exact"] == true), "{rows:?}");
+    drop(store);
+    let _ = std::fs::remove_dir_all(&dir);
+}

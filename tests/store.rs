@@ -224,7 +224,7 @@ fn a_format_1_store_is_refused_by_name_not_misread() {
             err,
             StoreError::UnsupportedVersion {
                 found: 1,
-                supported: 2,
+                supported: 3,
                 ..
             }
         ),
@@ -233,7 +233,7 @@ fn a_format_1_store_is_refused_by_name_not_misread() {
     let msg = err.to_string();
     assert!(
         msg.contains("version 1")
-            && msg.contains("version 2")
+            && msg.contains("version 3")
             && msg.contains(&dir.display().to_string()),
         "{msg}"
     );
@@ -1149,4 +1149,94 @@ fn a_store_written_before_engine_cache_bytes_still_opens() {
         store.config().engine_cache_bytes,
         sketchdb::store::model::DEFAULT_ENGINE_CACHE_BYTES
     );
+}
+
+/// sled 0.34 writes any value over a quarter segment to a file of its own under `blobs/`, which
+/// it never fsyncs and never reclaims. Default sizes (a Bloom filter of 1.2 MB), a tag with many
+/// values, a 100 KB event field and the all-time filter must all reach sled in pieces small
+/// enough that it keeps them in its segment log.
+#[test]
+fn no_value_reaches_sleds_blob_files() {
+    let dir = tempdir();
+    let config = Config {
+        tag_fields: vec!["chain".into(), "contract".into()],
+        ..Config::default()
+    };
+    let store = Store::create(&dir, config).expect("create");
+    let mut batch = Vec::new();
+    for i in 0..60_000u64 {
+        let t = T0 + (i as i64 * 4_337) % (3 * DAY);
+        let chain = ["a", "b", "c"][(i % 3) as usize];
+        let contract = format!("0xc{:03}", i % 40);
+        batch.push(Event::new(
+            t,
+            wallet_address(3, i),
+            &[("chain", chain), ("contract", contract.as_str())],
+        ));
+        if batch.len() == 10_000 {
+            store.ingest_batch(&batch).expect("ingest");
+            batch.clear();
+        }
+    }
+    let mut big = Event::new(T0 + 5, wallet_address(3, 0), &[("chain", "a")]);
+    big.extra = format!("{{\"memo\":\"{}\"}}", "x".repeat(100_000));
+    store.ingest_batch(&[big]).expect("a 100 KB field");
+    store.flush().expect("flush");
+    drop(store);
+
+    let store = Store::open(&dir).expect("reopen");
+    let (count, _) = store
+        .count(&Slice::Whole, &TimeRange::all())
+        .expect("count");
+    assert_eq!(count, 60_001);
+    let mut memo = 0;
+    store
+        .scan(&Slice::Whole, &TimeRange::all(), |e| {
+            if e.extra.len() > 100_000 {
+                memo += 1;
+            }
+        })
+        .expect("scan");
+    assert_eq!(memo, 1, "the 100 KB field comes back whole");
+    drop(store);
+
+    let blobs: Vec<_> = std::fs::read_dir(dir.join("blobs"))
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(blobs.is_empty(), "sled blob files: {blobs:?}");
+    let engine = SledEngine::open(&dir).expect("raw").expect("a store");
+    let (mut values, mut chunks, mut largest) = (0, 0, 0);
+    for entry in engine.range(&[], None) {
+        let (key, value) = entry.expect("scan");
+        values += 1;
+        chunks += usize::from(key[0] == keys::CHUNK);
+        largest = largest.max(value.len());
+    }
+    assert!(
+        largest <= sketchdb::store::VALUE_MAX,
+        "{largest} bytes in one value"
+    );
+    // Without chunks the test would prove nothing: the large values must have been there.
+    assert!(chunks >= 20, "{chunks} chunks among {values} values");
+
+    // A lost chunk is damage named like any other: the first day's whole-stream Bloom filter.
+    let bloom = keys::sketch(keys::Part::Bloom, keys::WHOLE, T0);
+    let lost = keys::chunk(&bloom, 1);
+    assert!(engine.get(&lost).expect("get").is_some(), "chunk 1 stored");
+    let mut batch = WriteBatch::default();
+    batch.delete(lost);
+    engine.apply(batch).expect("apply");
+    engine.sync().expect("sync");
+    drop(engine);
+    let store = Store::open(&dir).expect("reopen");
+    let err = store
+        .membership(&Slice::Whole, &TimeRange::between(T0, T0 + DAY), "0x1")
+        .expect_err("a chunk of the filter is gone");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("bloom") && msg.contains("2025-12-01") && msg.contains("whole stream"),
+        "{msg}"
+    );
+    drop(store);
+    let _ = std::fs::remove_dir_all(&dir);
 }

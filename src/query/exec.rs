@@ -313,6 +313,25 @@ impl<'s> Session<'s> {
             super::answer::Value::Text(ref t) if t == "no" => {
                 format!("{head}; 'no' holds for {asked_label} too")
             }
+            super::answer::Value::Text(ref t) if t == "yes" => {
+                // An exact form holds the item for the covering buckets, which says nothing
+                // certain about the part of them that was asked.
+                a.value = super::answer::Value::Text("maybe".into());
+                format!("{head}; the covering buckets hold the item, so it may or may not occur in {asked_label}")
+            }
+            super::answer::Value::List(ref mut rows) => {
+                // Counts of the covering buckets (exact ones too): for the asked part of them an
+                // item's count lies between 0 and that.
+                for row in rows.iter_mut() {
+                    let mut v = row.value().clone();
+                    if let Some(o) = v.as_object_mut() {
+                        o.insert("exact".into(), serde_json::json!(false));
+                        o.insert("lower".into(), serde_json::json!(0));
+                        *row = Row::of(v);
+                    }
+                }
+                format!("{head}; for {asked_label} each count lies between 0 and the one given")
+            }
             _ => head,
         };
         Ok(a.note(note))
@@ -612,6 +631,9 @@ impl<'s> Session<'s> {
             _ => vec![Slice::Whole],
         };
         let mut maybe = false;
+        let mut present = false;
+        let mut all_exact = true;
+        let mut fingerprints = 0u64;
         let mut clear = 1.0;
         let mut buckets = 0;
         let mut bytes = 0;
@@ -620,6 +642,9 @@ impl<'s> Session<'s> {
             self.check()?;
             let m = self.store.membership(s, &plan.range, value)?;
             maybe |= m.maybe;
+            present |= m.present;
+            all_exact &= m.all_exact;
+            fingerprints += m.fingerprints;
             clear *= 1.0 - m.false_positive_rate;
             buckets += m.buckets;
             bytes += m.bytes;
@@ -627,7 +652,21 @@ impl<'s> Session<'s> {
         }
         let fpr = 1.0 - clear;
         let method = plan.method.name();
-        let mut a = if maybe {
+        // The filters' exact forms (item fingerprints) answer "yes" for certain, short of a
+        // 64-bit fingerprint collision.
+        let exact_method = format!("{method}-exact");
+        let collision = fingerprints as f64 / 2f64.powi(64);
+        let mut a = if present {
+            let mut a = Answer::text(Kind::Seen, "yes", &exact_method, true, buckets);
+            a.false_positive_rate = Some(collision);
+            a.with_detail(format!(
+                "{exact_method}: the item's fingerprint is held, collision chance {collision:.1e}"
+            ))
+            .note(format!(
+                "'yes' from the exact form (item fingerprints): an item never seen would be answered 'yes' only if its 64-bit fingerprint equalled one of the {} held, probability at most {collision:.1e}",
+                thousands(fingerprints as f64)
+            ))
+        } else if maybe {
             let mut a = Answer::text(Kind::Seen, "maybe", method, false, buckets);
             a.false_positive_rate = Some(fpr);
             a.with_detail(format!("{method}, false-positive rate {}", percent(fpr)))
@@ -640,6 +679,9 @@ impl<'s> Session<'s> {
                         String::new()
                     }
                 ))
+        } else if all_exact {
+            Answer::text(Kind::Seen, "no", &exact_method, true, buckets)
+                .with_detail(format!("{exact_method}: 'no' is certain"))
         } else {
             Answer::text(Kind::Seen, "no", method, false, buckets)
                 .with_detail(format!("{method}: 'no' is certain"))
@@ -665,6 +707,7 @@ impl<'s> Session<'s> {
         };
         let (mut est, mut bound, mut buckets, mut bytes) = (0u64, 0.0, 0, 0);
         let mut delta = 0.0;
+        let mut exact = true;
         for s in &slices {
             self.check()?;
             let f = self.store.frequency(s, &plan.range, value)?;
@@ -673,12 +716,20 @@ impl<'s> Session<'s> {
             buckets += f.buckets;
             bytes += f.bytes;
             delta = f.delta;
+            exact &= f.exact;
         }
         if buckets == 0 {
             let note = self.nothing_in(plan)?;
             return Ok(empty(Kind::Count, "countmin", note));
         }
         let e = est as f64;
+        if exact {
+            // Every bucket's Count-Min (and their merge) still holds exact counts.
+            let mut a = Answer::number(Kind::Count, e, e, e, "countmin-exact", true, buckets)
+                .with_detail("countmin-exact: the exact count kept while the set is small");
+            a.bytes_read = bytes;
+            return Ok(a);
+        }
         let mut approx = Answer::number(
             Kind::Count,
             e,
@@ -780,6 +831,28 @@ impl<'s> Session<'s> {
             self.store
                 .top(&slice, &plan.range, if recount { k.max(n) } else { n })?;
         let bound = merged.sketch.as_ref().map_or(0.0, |c| c.error_bound());
+        if let Some(c) = merged.sketch.as_ref().filter(|c| c.is_exact()) {
+            // The merged Count-Min holds every item's exact count: rank them all, no recount.
+            let rows = c
+                .top(n)
+                .into_iter()
+                .map(|e| {
+                    RowBuilder::new()
+                        .field("item", String::from_utf8_lossy(&e.item).into())
+                        .field("count", e.estimate.into())
+                        .field("lower", e.estimate.into())
+                        .field("exact", true.into())
+                        .finish()
+                })
+                .collect();
+            let mut a = Answer::list(Kind::Top, rows, "countmin-exact", true, merged.buckets)
+                .with_detail(format!(
+                    "countmin-exact: the exact counts of all {} items, kept while the set is small",
+                    thousands(c.exact_items().unwrap_or(0) as f64)
+                ));
+            a.bytes_read = merged.bytes;
+            return Ok(a);
+        }
         let mut a = if recount {
             // Count-Min may rank a quiet item high (all its counters shared with heavy ones), so
             // every candidate is counted again from the raw events and ranked by that count.

@@ -104,12 +104,21 @@ pub fn answer(store: &Store, statement: &Statement) -> Result<Answer, QueryError
                 for (b, _) in &buckets {
                     if let Some(set) = store.sketch_set(&Slice::Whole, *b)? {
                         let f = &set.bloom;
+                        let bloom = match f.fingerprints() {
+                            Some(n) => {
+                                format!("bloom exact ({} fingerprints)", thousands(n as f64))
+                            }
+                            None => format!(
+                                "bloom fill {:.1}%, predicted FPR {:.3}%",
+                                f.fill_ratio() * 100.0,
+                                f.predicted_fpr() * 100.0
+                            ),
+                        };
                         lines.push(format!(
-                            "{}: {} events; bloom fill {:.1}%, predicted FPR {:.3}%; bytes: bloom {}, hll {}, theta {}, countmin {}, reservoir {}",
+                            "{}: {} events; {bloom}{}; bytes: bloom {}, hll {}, theta {}, countmin {}, reservoir {}",
                             width.label(*b),
                             thousands(set.events as f64),
-                            f.fill_ratio() * 100.0,
-                            f.predicted_fpr() * 100.0,
+                            if set.cms.is_exact() { ", countmin exact" } else { "" },
                             thousands(set.bloom.size_bytes() as f64),
                             thousands(set.hll.size_bytes() as f64),
                             thousands(set.theta.size_bytes() as f64),

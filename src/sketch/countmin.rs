@@ -40,6 +40,16 @@
 //!
 //! The Top-K heap keeps the `capacity` items with the largest estimates seen so far; they are the
 //! candidates the store re-estimates after merging buckets.
+//!
+//! **Two forms.** A sketch starts in its **exact form**: every item's bytes with its exact count,
+//! in three flat vectors whose sizes follow from what they hold. `count` and `top` are then
+//! exact (`error_bound` is 0), and `top` can rank every item. A new item that would take those
+//! vectors past the table's `w · d · 8` bytes converts the sketch, once and for good, into the
+//! **table form**: each item's count is added to the counters (items in byte order, each
+//! rehashed, as an update with that count would add it), and the heap is filled with the
+//! `top_k` heaviest at their exact counts. The conversion depends only on the counts held, so a
+//! sketch decoded from disk converts exactly as the live one. At the defaults (108,760 table
+//! bytes) the exact form holds 1,170 42-byte wallets.
 
 use super::{Estimate, ItemSketch, Sketch, SketchError, SketchKind};
 use crate::hash::{next_prime, Item, ShaWords, TableSize};
@@ -47,6 +57,10 @@ use serde::{Deserialize, Serialize};
 
 /// Default heavy-hitter heap size.
 pub const DEFAULT_TOP_K: usize = 100;
+/// Bytes one heavy-hitter slot of the table form's heap takes besides its item's bytes: the
+/// item's buffer, its digest, its packed key and its estimate.
+pub const CANDIDATE_BYTES: usize =
+    std::mem::size_of::<Vec<u8>>() + std::mem::size_of::<ShaWords>() + 8 + 8;
 /// Rows beyond this (delta below e^-32) buy nothing measurable and would not fit the update's
 /// fixed cell buffer.
 const MAX_DEPTH: u32 = 32;
@@ -55,7 +69,8 @@ const MAX_DEPTH: u32 = 32;
 /// ε down to about 6.5e-7, already 4M counters a row.
 pub const MAX_WIDTH: u64 = 1 << 22;
 
-/// A Count-Min sketch of 64-bit counters with a Top-K heap of heavy-hitter candidates.
+/// A Count-Min sketch of 64-bit counters with a Top-K heap of heavy-hitter candidates, exact
+/// while small (see the module doc).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CountMin {
     width: TableSize,
@@ -64,20 +79,260 @@ pub struct CountMin {
     delta: f64,
     conservative: bool,
     total: u64,
-    /// `depth` rows of `width` counters, row-major.
-    table: Vec<u64>,
-    top: TopK,
+    /// Heavy-hitter candidates the table form keeps.
+    top_k: usize,
+    form: Form,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+enum Form {
+    /// Every item's exact count.
+    Exact(ExactCounts),
+    /// `depth` rows of `width` counters, row-major, and the heaviest candidates.
+    Table { table: Vec<u64>, top: TopK },
+}
+
+/// Rounds a length up to its size class (`min`, then 2^j and 3·2^(j−1)): the exact form's
+/// vectors grow through these capacities, and a decoded one is given the same, so its memory is
+/// a function of what it holds (at most half over it).
+fn size_class(n: usize, min: usize) -> usize {
+    if n <= min {
+        return min;
+    }
+    let pow2 = n.next_power_of_two();
+    let three_quarters = pow2 / 4 * 3;
+    if n <= three_quarters {
+        three_quarters
+    } else {
+        pow2
+    }
+}
+
+/// Index slots for `n` items: the smallest power of two, at least 16, at most 3/4 full.
+fn index_slots(n: usize) -> usize {
+    (n.saturating_mul(4).div_ceil(3))
+        .next_power_of_two()
+        .max(16)
+}
+
+const MIN_ENTRIES: usize = 8;
+const MIN_ARENA: usize = 64;
+
+/// Bytes the exact form's vectors take holding `n` items of `item_bytes` bytes in all.
+fn exact_bytes(n: usize, item_bytes: usize) -> usize {
+    let entries = if n == 0 {
+        0
+    } else {
+        size_class(n, MIN_ENTRIES)
+    };
+    let arena = if item_bytes == 0 {
+        0
+    } else {
+        size_class(item_bytes, MIN_ARENA)
+    };
+    index_slots(n) * 4 + entries * std::mem::size_of::<Counted>() + arena
+}
+
+/// One item's exact count; its bytes live in the arena at `start..start + len`.
+#[derive(Clone, Copy, Debug)]
+struct Counted {
+    /// SHA-256 words 0 and 1 of the item, which place it in the index.
+    key: u64,
+    count: u64,
+    start: u32,
+    len: u32,
+}
+
+/// The exact form: an item → count map kept in three flat vectors (an open-addressed index of
+/// entry numbers, the entries, and one arena of item bytes), so an item costs 24 bytes plus its
+/// bytes plus about 5 of index, and no allocation of its own. Stored as the (item, count) pairs
+/// sorted by item.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(into = "StoredCounts", try_from = "StoredCounts")]
+struct ExactCounts {
+    /// Entry number + 1 per slot; 0 is free.
+    index: Vec<u32>,
+    entries: Vec<Counted>,
+    arena: Vec<u8>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct StoredCounts {
+    items: Vec<(Vec<u8>, u64)>,
+}
+
+impl ExactCounts {
+    fn new() -> Self {
+        ExactCounts {
+            index: vec![0; index_slots(0)],
+            entries: Vec::new(),
+            arena: Vec::new(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    fn item(&self, e: &Counted) -> &[u8] {
+        &self.arena[e.start as usize..(e.start + e.len) as usize]
+    }
+
+    /// The entry of `item` (whose index key is `key`), or the free slot where it would go.
+    #[inline]
+    fn find(&self, key: u64, item: &[u8]) -> Result<usize, usize> {
+        let mask = self.index.len() - 1;
+        let mut i = key as usize & mask;
+        loop {
+            match self.index[i] {
+                0 => return Err(i),
+                n => {
+                    let e = &self.entries[n as usize - 1];
+                    if e.key == key && self.item(e) == item {
+                        return Ok(n as usize - 1);
+                    }
+                }
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Bytes its vectors would take with one more item of `len` bytes.
+    fn bytes_with_one_more(&self, len: usize) -> usize {
+        exact_bytes(self.len() + 1, self.arena.len().saturating_add(len))
+    }
+
+    /// Appends `item` (absent, with its free index slot `slot`), growing each vector to its next
+    /// size class when full.
+    fn push(&mut self, key: u64, item: &[u8], count: u64, slot: usize) {
+        let n = self.len() + 1;
+        if self.entries.len() == self.entries.capacity() {
+            self.entries
+                .reserve_exact(size_class(n, MIN_ENTRIES) - self.entries.len());
+        }
+        let bytes = self.arena.len() + item.len();
+        if bytes > self.arena.capacity() {
+            self.arena
+                .reserve_exact(size_class(bytes, MIN_ARENA) - self.arena.len());
+        }
+        let start = self.arena.len() as u32;
+        self.arena.extend_from_slice(item);
+        self.entries.push(Counted {
+            key,
+            count,
+            start,
+            len: item.len() as u32,
+        });
+        if index_slots(n) > self.index.len() {
+            self.reindex(index_slots(n));
+        } else {
+            self.index[slot] = n as u32;
+        }
+    }
+
+    fn reindex(&mut self, slots: usize) {
+        self.index = vec![0; slots];
+        let mask = slots - 1;
+        for (n, e) in self.entries.iter().enumerate() {
+            let mut i = e.key as usize & mask;
+            while self.index[i] != 0 {
+                i = (i + 1) & mask;
+            }
+            self.index[i] = n as u32 + 1;
+        }
+    }
+
+    /// The entries sorted by item bytes: the order every conversion and encoding uses, so the
+    /// result depends only on what is held.
+    fn sorted(&self) -> Vec<&Counted> {
+        let mut v: Vec<&Counted> = self.entries.iter().collect();
+        v.sort_unstable_by(|a, b| self.item(a).cmp(self.item(b)));
+        v
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.index.capacity() * 4
+            + self.entries.capacity() * std::mem::size_of::<Counted>()
+            + self.arena.capacity()
+    }
+}
+
+impl PartialEq for ExactCounts {
+    /// The same items with the same counts, whatever the layout.
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len()
+            && self.entries.iter().all(|e| {
+                other
+                    .find(e.key, self.item(e))
+                    .is_ok_and(|i| other.entries[i].count == e.count)
+            })
+    }
+}
+
+impl From<ExactCounts> for StoredCounts {
+    fn from(c: ExactCounts) -> Self {
+        StoredCounts {
+            items: c
+                .sorted()
+                .into_iter()
+                .map(|e| (c.item(e).to_vec(), e.count))
+                .collect(),
+        }
+    }
+}
+
+impl TryFrom<StoredCounts> for ExactCounts {
+    type Error = String;
+
+    fn try_from(s: StoredCounts) -> Result<Self, String> {
+        if s.items.windows(2).any(|w| w[0].0 >= w[1].0) {
+            return Err("exact counts unsorted or repeated".into());
+        }
+        if s.items.iter().any(|(_, c)| *c == 0) {
+            return Err("an exact count of 0".into());
+        }
+        let bytes: usize = s.items.iter().map(|(i, _)| i.len()).sum();
+        if u32::try_from(bytes).is_err() {
+            return Err("exact form items exceed 4 GiB".into());
+        }
+        let n = s.items.len();
+        let mut out = ExactCounts {
+            index: Vec::new(),
+            entries: Vec::with_capacity(if n == 0 {
+                0
+            } else {
+                size_class(n, MIN_ENTRIES)
+            }),
+            arena: Vec::with_capacity(if bytes == 0 {
+                0
+            } else {
+                size_class(bytes, MIN_ARENA)
+            }),
+        };
+        for (item, count) in &s.items {
+            let start = out.arena.len() as u32;
+            out.arena.extend_from_slice(item);
+            out.entries.push(Counted {
+                key: key_of(&ShaWords::of(item)),
+                count: *count,
+                start,
+                len: item.len() as u32,
+            });
+        }
+        out.reindex(index_slots(n));
+        Ok(out)
+    }
 }
 
 impl CountMin {
     /// A sketch with error `epsilon` (fraction of the total) at probability `delta`, conservative
-    /// update on, and a heap of `top_k` candidates (0 disables it).
+    /// update on, and a heap of `top_k` candidates (0 disables it). It starts in its exact form.
     pub fn new(epsilon: f64, delta: f64, top_k: usize) -> Result<Self, SketchError> {
         let (columns, depth) = Self::dimensions(epsilon, delta)?;
         let width = TableSize::new(columns).ok_or_else(|| {
             SketchError::invalid("count-min epsilon", epsilon, "width outside 2..=2^22")
         })?;
-        let cells = usize::try_from(columns * u64::from(depth)).map_err(|_| {
+        usize::try_from(columns * u64::from(depth)).map_err(|_| {
             SketchError::invalid("count-min epsilon", epsilon, "table exceeds memory")
         })?;
         Ok(CountMin {
@@ -87,8 +342,8 @@ impl CountMin {
             delta,
             conservative: true,
             total: 0,
-            table: vec![0; cells],
-            top: TopK::new(top_k),
+            top_k,
+            form: Form::Exact(ExactCounts::new()),
         })
     }
 
@@ -164,19 +419,38 @@ impl CountMin {
         self.conservative
     }
 
+    /// Whether the sketch still holds every item's exact count.
+    pub fn is_exact(&self) -> bool {
+        matches!(self.form, Form::Exact(_))
+    }
+
+    /// Distinct items held in the exact form; `None` in the table form.
+    pub fn exact_items(&self) -> Option<usize> {
+        match &self.form {
+            Form::Exact(c) => Some(c.len()),
+            Form::Table { .. } => None,
+        }
+    }
+
     /// Total weight added (N).
     pub fn total(&self) -> u64 {
         self.total
     }
 
-    /// The additive error bound `ε · N`.
+    /// The additive error bound of an item's count: `ε · N` in the table form, 0 in the exact
+    /// form.
     pub fn error_bound(&self) -> f64 {
-        self.epsilon * self.total as f64
+        if self.is_exact() {
+            0.0
+        } else {
+            self.epsilon * self.total as f64
+        }
     }
 
-    /// Bytes of the counter table (`w · d · 8`).
+    /// Bytes of the counter table (`w · d · 8`), whichever form the sketch is in: the exact form
+    /// converts before its own vectors would take more.
     pub fn table_bytes(&self) -> usize {
-        self.table.len() * 8
+        (self.width.get() * u64::from(self.depth) * 8) as usize
     }
 
     /// The column each row uses for an item, row 0 first: row `i` reads word `i mod 8` of the
@@ -218,72 +492,205 @@ impl CountMin {
         self.depth.min(MAX_DEPTH) as usize
     }
 
-    /// Adds `count` occurrences; returns the item's estimate afterwards. Does not touch the heap.
+    /// Adds `count` occurrences to the counters (table form; the total is the caller's) and
+    /// returns the item's estimate afterwards.
     #[inline]
-    pub fn add(&mut self, sha: &ShaWords, count: u64) -> u64 {
-        self.total = self.total.saturating_add(count);
+    fn table_add(&mut self, sha: &ShaWords, count: u64) -> u64 {
         let mut cells = [0usize; MAX_DEPTH as usize];
         let d = self.cells(sha, &mut cells);
-        let cells = &cells[..d];
-        // Branch-free on purpose: whether a counter sits at the row minimum is a coin flip per
-        // row, and mispredicting it cost more than the memory accesses (measured in the bench).
-        if self.conservative {
-            let current = cells.iter().fold(u64::MAX, |m, &c| m.min(self.table[c]));
-            let target = current.saturating_add(count);
-            for &c in cells {
-                let v = &mut self.table[c];
-                *v = (*v).max(target);
-            }
-            target
-        } else {
-            let mut min = u64::MAX;
-            for &c in cells {
-                let v = &mut self.table[c];
-                *v = v.saturating_add(count);
-                min = min.min(*v);
-            }
-            min
+        let conservative = self.conservative;
+        match &mut self.form {
+            Form::Table { table, .. } => add_to_cells(table, &cells[..d], count, conservative),
+            Form::Exact(_) => 0,
         }
     }
 
-    /// The estimated count of an item: never below the truth.
+    /// The table estimate of an item (0 in the exact form, which has no table).
     #[inline]
-    pub fn count(&self, sha: &ShaWords) -> u64 {
+    fn table_count(&self, sha: &ShaWords) -> u64 {
+        let Form::Table { table, .. } = &self.form else {
+            return 0;
+        };
         let mut cells = [0usize; MAX_DEPTH as usize];
         let d = self.cells(sha, &mut cells);
-        cells[..d]
-            .iter()
-            .fold(u64::MAX, |m, &c| m.min(self.table[c]))
+        cells[..d].iter().fold(u64::MAX, |m, &c| m.min(table[c]))
     }
 
-    /// The estimate with its one-sided interval `[estimate - ε·N, estimate]` (confidence 1 - δ).
-    pub fn count_estimate(&self, sha: &ShaWords) -> Estimate {
-        let est = self.count(sha) as f64;
+    /// The count of an item given its bytes and their digest: exact in the exact form; never
+    /// below the truth in the table form.
+    #[inline]
+    fn count_of(&self, item: &[u8], sha: &ShaWords) -> u64 {
+        match &self.form {
+            Form::Exact(c) => c.find(key_of(sha), item).map_or(0, |i| c.entries[i].count),
+            Form::Table { .. } => self.table_count(sha),
+        }
+    }
+
+    /// The count of an item: exact in the exact form; never below the truth in the table form.
+    pub fn count(&self, item: &[u8]) -> u64 {
+        self.count_of(item, &ShaWords::of(item))
+    }
+
+    /// [`CountMin::count`] for an item whose digest is already known.
+    pub fn count_item(&self, item: &Item<'_>) -> u64 {
+        self.count_of(item.bytes, &item.hashes.sha)
+    }
+
+    /// The count with its interval: exact in the exact form; `[estimate - ε·N, estimate]`
+    /// (confidence 1 - δ) in the table form.
+    pub fn count_estimate(&self, item: &[u8]) -> Estimate {
+        let est = self.count(item) as f64;
+        if self.is_exact() {
+            return Estimate::exact(est);
+        }
         Estimate::approximate(est, (est - self.error_bound()).max(0.0), est)
     }
 
-    /// Adds `count` occurrences of `item` and offers it to the heavy-hitter heap.
+    /// Adds `count` occurrences of `item`: to its exact count, or to the counters, offering it
+    /// to the heavy-hitter heap. A new item that would take the exact form past the table's
+    /// bytes converts the sketch first.
+    #[inline]
     pub fn add_item(&mut self, item: &Item<'_>, count: u64) {
-        let est = self.add(&item.hashes.sha, count);
-        self.top.offer(item.bytes, &item.hashes.sha, est);
+        self.total = self.total.saturating_add(count);
+        let limit = self.table_bytes();
+        if let Form::Exact(c) = &mut self.form {
+            let key = key_of(&item.hashes.sha);
+            match c.find(key, item.bytes) {
+                Ok(i) => {
+                    let e = &mut c.entries[i];
+                    e.count = e.count.saturating_add(count);
+                    return;
+                }
+                Err(slot) => {
+                    if c.bytes_with_one_more(item.bytes.len()) <= limit {
+                        c.push(key, item.bytes, count, slot);
+                        return;
+                    }
+                }
+            }
+            // The exact form would now take more than the table: convert for good.
+            self.convert();
+        }
+        let est = self.table_add(&item.hashes.sha, count);
+        if let Form::Table { top, .. } = &mut self.form {
+            top.offer(item.bytes, &item.hashes.sha, est);
+        }
     }
 
-    /// Adds one occurrence of an item given as bytes, hashing only what Count-Min needs (SHA-256);
-    /// for callers that feed Count-Min alone rather than a whole sketch set.
+    /// Adds `count` occurrences of an item given as bytes, hashing only what Count-Min needs
+    /// (SHA-256); for callers that feed Count-Min alone rather than a whole sketch set.
     pub fn add_bytes(&mut self, bytes: &[u8], count: u64) {
-        let sha = ShaWords::of(bytes);
-        let est = self.add(&sha, count);
-        self.top.offer(bytes, &sha, est);
+        let item = Item {
+            bytes,
+            hashes: crate::hash::ItemHashes {
+                sha: ShaWords::of(bytes),
+                murmur: [0; 2],
+            },
+        };
+        self.add_item(&item, count);
     }
 
-    /// The `n` heaviest candidates by estimate, heaviest first (ties by item bytes).
+    /// Turns the exact form into the table form: every item's count is added to the counters,
+    /// items in byte order (each rehashed: the exact form keeps only two digest words), and the
+    /// heap is filled with the `top_k` heaviest at their exact counts, ties broken as the heap
+    /// breaks them. The result depends only on the counts held, so a sketch decoded from disk
+    /// converts exactly as the live one.
+    fn convert(&mut self) {
+        let Form::Exact(counts) = &self.form else {
+            return;
+        };
+        let mut table = vec![0u64; self.table_bytes() / 8];
+        let mut candidates = Vec::with_capacity(counts.len());
+        let mut cells = [0usize; MAX_DEPTH as usize];
+        for e in counts.sorted() {
+            let item = counts.item(e);
+            let sha = ShaWords::of(item);
+            let d = self.cells(&sha, &mut cells);
+            add_to_cells(&mut table, &cells[..d], e.count, self.conservative);
+            candidates.push(TopEntry {
+                item: item.to_vec(),
+                estimate: e.count,
+                sha,
+            });
+        }
+        let mut top = TopK::new(self.top_k);
+        top.refill(candidates);
+        self.form = Form::Table { table, top };
+    }
+
+    /// Folds exact counts into the table form: each item's count added to the counters (in
+    /// byte order), then the heap refilled from its candidates and those items, all
+    /// re-estimated on the result.
+    fn absorb_exact(&mut self, counts: &ExactCounts) {
+        let mut added = Vec::with_capacity(counts.len());
+        for e in counts.sorted() {
+            let item = counts.item(e);
+            let sha = ShaWords::of(item);
+            self.table_add(&sha, e.count);
+            added.push(TopEntry {
+                item: item.to_vec(),
+                estimate: 0,
+                sha,
+            });
+        }
+        self.rerank(added);
+    }
+
+    /// Re-estimates the heap's candidates and `more` (those not already candidates) on the
+    /// table and keeps the heaviest `top_k`.
+    fn rerank(&mut self, more: Vec<TopEntry>) {
+        let Form::Table { top, .. } = &self.form else {
+            return;
+        };
+        let mut candidates = top.entries();
+        for e in more {
+            if !candidates
+                .iter()
+                .any(|c| c.sha == e.sha && c.item == e.item)
+            {
+                candidates.push(e);
+            }
+        }
+        for c in &mut candidates {
+            c.estimate = self.table_count(&c.sha);
+        }
+        let capacity = self.top_k;
+        if let Form::Table { top, .. } = &mut self.form {
+            top.capacity = capacity;
+            top.refill(candidates);
+        }
+    }
+
+    /// The `n` heaviest items, heaviest first (ties by item bytes): every item's exact count in
+    /// the exact form (however large `n`), the heap's candidates by estimate in the table form.
     pub fn top(&self, n: usize) -> Vec<TopEntry> {
-        self.top.sorted(n)
+        match &self.form {
+            Form::Table { top, .. } => top.sorted(n),
+            Form::Exact(counts) => {
+                let mut v: Vec<&Counted> = counts.entries.iter().collect();
+                v.sort_unstable_by(|a, b| {
+                    b.count
+                        .cmp(&a.count)
+                        .then_with(|| counts.item(a).cmp(counts.item(b)))
+                });
+                v.truncate(n);
+                v.into_iter()
+                    .map(|e| {
+                        let item = counts.item(e);
+                        TopEntry {
+                            item: item.to_vec(),
+                            estimate: e.count,
+                            sha: ShaWords::of(item),
+                        }
+                    })
+                    .collect()
+            }
+        }
     }
 
     /// Heap capacity.
     pub fn top_capacity(&self) -> usize {
-        self.top.capacity
+        self.top_k
     }
 
     fn same_shape(&self, other: &Self) -> Result<(), SketchError> {
@@ -310,34 +717,82 @@ impl CountMin {
     }
 }
 
+/// Adds `count` to an item's cells; returns its estimate afterwards. Branch-free on purpose:
+/// whether a counter sits at the row minimum is a coin flip per row, and mispredicting it cost
+/// more than the memory accesses (measured in the bench).
+#[inline]
+fn add_to_cells(table: &mut [u64], cells: &[usize], count: u64, conservative: bool) -> u64 {
+    if conservative {
+        let current = cells.iter().fold(u64::MAX, |m, &c| m.min(table[c]));
+        let target = current.saturating_add(count);
+        for &c in cells {
+            let v = &mut table[c];
+            *v = (*v).max(target);
+        }
+        target
+    } else {
+        let mut min = u64::MAX;
+        for &c in cells {
+            let v = &mut table[c];
+            *v = v.saturating_add(count);
+            min = min.min(*v);
+        }
+        min
+    }
+}
+
 impl Sketch for CountMin {
     const KIND: SketchKind = SketchKind::CountMin;
-    /// 2: rows hashed by independent digest words, candidates carrying the whole digest. A
-    /// version-1 table was filled by double hashing; its counters mean nothing under the new
-    /// columns, so it is refused rather than read.
-    const VERSION: u16 = 2;
+    /// 3: a sketch is either its exact counts or its table and heap. (2: rows hashed by
+    /// independent digest words, candidates carrying the whole digest. A version-1 table was
+    /// filled by double hashing; its counters mean nothing under the new columns.) An older blob
+    /// is refused rather than read.
+    const VERSION: u16 = 3;
 
-    /// Adds the tables (each counter stays an upper bound of its items' combined counts), then
-    /// re-estimates both heaps' candidates on the merged table and keeps the heaviest.
+    /// Exact with exact: the summed counts, exact while they fit (else converted from the
+    /// sum). With a table on either side: the exact side's counts are added to the table as
+    /// updates would add them, then the candidates of both are re-estimated on the result and
+    /// the heaviest kept; two tables are added cell by cell (each counter stays an upper bound
+    /// of its items' combined counts).
     fn merge(&mut self, other: &Self) -> Result<(), SketchError> {
         self.same_shape(other)?;
-        for (a, b) in self.table.iter_mut().zip(&other.table) {
-            *a = a.saturating_add(*b);
-        }
-        self.total = self.total.saturating_add(other.total);
-        let mut candidates = self.top.entries();
-        for e in other.top.entries() {
-            if !candidates
-                .iter()
-                .any(|c| c.sha == e.sha && c.item == e.item)
-            {
-                candidates.push(e);
+        let limit = self.table_bytes();
+        match (&mut self.form, &other.form) {
+            (Form::Exact(mine), Form::Exact(theirs)) => {
+                for e in theirs.sorted() {
+                    let item = theirs.item(e);
+                    match mine.find(e.key, item) {
+                        Ok(i) => {
+                            let m = &mut mine.entries[i];
+                            m.count = m.count.saturating_add(e.count);
+                        }
+                        Err(slot) => mine.push(e.key, item, e.count, slot),
+                    }
+                }
+                if exact_bytes(mine.len(), mine.arena.len()) > limit {
+                    self.convert();
+                }
+            }
+            (Form::Table { .. }, Form::Exact(theirs)) => self.absorb_exact(theirs),
+            (Form::Exact(_), Form::Table { table, top }) => {
+                let mut t = Form::Table {
+                    table: table.clone(),
+                    top: top.clone(),
+                };
+                std::mem::swap(&mut self.form, &mut t);
+                if let Form::Exact(mine) = t {
+                    self.absorb_exact(&mine);
+                }
+            }
+            (Form::Table { table, .. }, Form::Table { table: theirs, top }) => {
+                for (a, b) in table.iter_mut().zip(theirs) {
+                    *a = a.saturating_add(*b);
+                }
+                let more = top.entries();
+                self.rerank(more);
             }
         }
-        for c in &mut candidates {
-            c.estimate = self.count(&c.sha);
-        }
-        self.top.refill(candidates);
+        self.total = self.total.saturating_add(other.total);
         Ok(())
     }
 
@@ -345,15 +800,14 @@ impl Sketch for CountMin {
         Estimate::exact(self.total as f64)
     }
 
+    /// Heap bytes held (the exact form's vectors, or the table and the heap with its items)
+    /// plus the fixed header.
     fn size_bytes(&self) -> usize {
-        self.table_bytes()
-            + self
-                .top
-                .items
-                .iter()
-                .map(|item| item.len() + std::mem::size_of::<TopEntry>())
-                .sum::<usize>()
-            + std::mem::size_of::<Self>()
+        let heap = match &self.form {
+            Form::Exact(c) => c.heap_bytes(),
+            Form::Table { table, top } => table.capacity() * 8 + top.heap_bytes(),
+        };
+        heap + std::mem::size_of::<Self>()
     }
 
     fn validate(&self) -> Result<(), SketchError> {
@@ -369,32 +823,64 @@ impl Sketch for CountMin {
                 format!("{}x{width}", self.depth),
             ));
         }
-        if self.table.len() as u64 != width * u64::from(self.depth) {
-            return Err(SketchError::corrupt(
-                kind,
-                format!("{} counters for {}x{}", self.table.len(), self.depth, width),
-            ));
-        }
-        for (row, counters) in self.table.chunks(width as usize).enumerate() {
-            let sum = counters.iter().fold(0u64, |a, &b| a.saturating_add(b));
-            // Standard update: each row sums to N exactly. Conservative: at most N.
-            let ok = if self.conservative {
-                sum <= self.total
-            } else {
-                sum == self.total
-            };
-            if !ok {
-                return Err(SketchError::corrupt(
-                    kind,
-                    format!("row {row} sums to {sum}, total is {}", self.total),
-                ));
+        match &self.form {
+            Form::Exact(c) => {
+                let sum = c
+                    .entries
+                    .iter()
+                    .fold(0u64, |a, e| a.saturating_add(e.count));
+                if sum != self.total {
+                    return Err(SketchError::corrupt(
+                        kind,
+                        format!("exact counts sum to {sum}, total is {}", self.total),
+                    ));
+                }
+                // A live sketch converts before this, so it is not one this build wrote.
+                let bytes = exact_bytes(c.len(), c.arena.len());
+                if bytes > self.table_bytes() {
+                    return Err(SketchError::corrupt(
+                        kind,
+                        format!(
+                            "exact counts take {bytes} bytes, more than the {}-byte table",
+                            self.table_bytes()
+                        ),
+                    ));
+                }
             }
-        }
-        if self.top.len() > self.top.capacity {
-            return Err(SketchError::corrupt(
-                kind,
-                "more heavy hitters than the heap holds",
-            ));
+            Form::Table { table, top } => {
+                if table.len() as u64 != width * u64::from(self.depth) {
+                    return Err(SketchError::corrupt(
+                        kind,
+                        format!("{} counters for {}x{}", table.len(), self.depth, width),
+                    ));
+                }
+                for (row, counters) in table.chunks(width as usize).enumerate() {
+                    let sum = counters.iter().fold(0u64, |a, &b| a.saturating_add(b));
+                    // Standard update: each row sums to N exactly. Conservative: at most N.
+                    let ok = if self.conservative {
+                        sum <= self.total
+                    } else {
+                        sum == self.total
+                    };
+                    if !ok {
+                        return Err(SketchError::corrupt(
+                            kind,
+                            format!("row {row} sums to {sum}, total is {}", self.total),
+                        ));
+                    }
+                }
+                if top.len() > top.capacity || top.capacity != self.top_k {
+                    return Err(SketchError::corrupt(
+                        kind,
+                        format!(
+                            "{} heavy hitters in a heap of {} (sized {})",
+                            top.len(),
+                            top.capacity,
+                            self.top_k
+                        ),
+                    ));
+                }
+            }
         }
         Ok(())
     }
@@ -477,7 +963,10 @@ fn key_of(sha: &ShaWords) -> u64 {
 
 impl TopK {
     fn new(capacity: usize) -> Self {
-        let reserve = capacity.min(1024);
+        // The whole heap at once, so its memory is a function of its capacity alone; capped at
+        // the most a valid configuration asks for, so a damaged blob's capacity cannot demand a
+        // huge allocation before `validate` refuses it.
+        let reserve = capacity.min(super::set::MAX_TOP_K);
         TopK {
             capacity,
             items: Vec::with_capacity(reserve),
@@ -490,6 +979,15 @@ impl TopK {
 
     fn len(&self) -> usize {
         self.estimates.len()
+    }
+
+    /// Heap bytes held: the four parallel arrays' capacities and each item's buffer.
+    fn heap_bytes(&self) -> usize {
+        self.items.capacity() * std::mem::size_of::<Vec<u8>>()
+            + self.shas.capacity() * std::mem::size_of::<ShaWords>()
+            + self.keys.capacity() * 8
+            + self.estimates.capacity() * 8
+            + self.items.iter().map(Vec::capacity).sum::<usize>()
     }
 
     /// The slot to evict next: the lowest estimate, ties broken by the largest item bytes. A
@@ -707,11 +1205,12 @@ mod tests {
         );
         // The update and the query use those cells.
         let mut deep = deep;
-        deep.add(&sha, 3);
+        deep.convert();
+        deep.add_bytes(item.as_bytes(), 3);
         for (row, col) in deep.columns(&sha).into_iter().enumerate() {
-            assert_eq!(deep.table[row * 2_719 + col as usize], 3);
+            assert_eq!(table_of(&deep)[row * 2_719 + col as usize], 3);
         }
-        assert_eq!(deep.count(&sha), 3);
+        assert_eq!(deep.count(item.as_bytes()), 3);
     }
 
     /// Issue 11, item 2: the rows must behave as independent hashes. Over 200,000 wallets
@@ -908,7 +1407,7 @@ mod tests {
         let over = |sketch: &CountMin| -> Vec<usize> {
             (0..a.users.len())
                 .filter(|&i| {
-                    let est = sketch.count(&ShaWords::of(a.users[i].as_bytes()));
+                    let est = sketch.count(a.users[i].as_bytes());
                     assert!(est >= 1, "underestimate for {}", a.users[i]);
                     est - 1 > 1_000
                 })
@@ -934,7 +1433,7 @@ mod tests {
                 .bots
                 .iter()
                 .filter(|b| {
-                    let est = sketch.count(&ShaWords::of(b.as_bytes()));
+                    let est = sketch.count(b.as_bytes());
                     assert!(est >= 1_800, "bot {b} under: {est}");
                     est > 2_800
                 })
@@ -949,7 +1448,7 @@ mod tests {
         let (model_mean, model_var) = overcount_model(&free, a.users.len() as u64 - 1, w);
         let below: Vec<u64> = (0..a.users.len())
             .filter(|i| over_std.binary_search(i).is_err())
-            .map(|i| std.count(&ShaWords::of(a.users[i].as_bytes())) - 1)
+            .map(|i| std.count(a.users[i].as_bytes()) - 1)
             .collect();
         let mean = below.iter().sum::<u64>() as f64 / below.len() as f64;
         // Users' overcounts are dependent only through shared columns: each shares one with about
@@ -960,7 +1459,7 @@ mod tests {
         let mean_all = |sketch: &CountMin| {
             a.users
                 .iter()
-                .map(|u| sketch.count(&ShaWords::of(u.as_bytes())) - 1)
+                .map(|u| sketch.count(u.as_bytes()) - 1)
                 .sum::<u64>() as f64
                 / a.users.len() as f64
         };
@@ -975,8 +1474,7 @@ mod tests {
             "standard mean overcount {mean:.3}, model {model_mean:.3} ± 5 × {sd_mean:.3}"
         );
         for (item, &truth) in &a.truth {
-            let h = ShaWords::of(item.as_bytes());
-            let (c, s) = (cu.count(&h), std.count(&h));
+            let (c, s) = (cu.count(item.as_bytes()), std.count(item.as_bytes()));
             assert!(
                 truth <= c && c <= s,
                 "{item}: truth {truth}, conservative {c}, standard {s}"
@@ -1097,7 +1595,7 @@ mod tests {
         let (lo, hi) = binomial_band(quiet_others as u64, p_quiet, 1e-6);
         for (name, sketch) in [("one sketch", &whole), ("merged thirds", &merged)] {
             for &q in &quiet_partners {
-                let est = sketch.count(&shas[q]);
+                let est = sketch.count(wallets[q].as_bytes());
                 assert!(
                     est >= 2 && (est - 2) as f64 <= bound,
                     "{name}: quiet partner {} estimated at {est} (truth 2, bound {bound})",
@@ -1106,7 +1604,7 @@ mod tests {
             }
             let mut over = 0u64;
             for i in 0..n {
-                let est = sketch.count(&shas[i]);
+                let est = sketch.count(wallets[i].as_bytes());
                 assert!(est >= truth[i], "{name}: {} under", wallets[i]);
                 let quiet = truth[i] <= 6 && !quiet_partners.contains(&i);
                 if quiet && (est - truth[i]) as f64 > bound {
@@ -1196,7 +1694,7 @@ mod tests {
         for e in l.top(50) {
             let truth = a.truth[std::str::from_utf8(&e.item).expect("utf8")];
             assert!(e.estimate >= truth && e.estimate <= truth + 1_000);
-            assert_eq!(e.estimate, l.count(e.sha()));
+            assert_eq!(e.estimate, l.count(&e.item));
         }
         let other = CountMin::new(0.01, 0.01, 50).expect("size");
         assert!(l.merge(&other).is_err());
@@ -1221,31 +1719,302 @@ mod tests {
     }
 
     /// A blob written before rows were hashed independently (version 1) has counters under the
-    /// double-hashed columns; read under the new ones they would be wrong numbers, so it must be
-    /// refused by version. Built here by setting a current blob's version field back to 1 (with
-    /// its checksum recomputed), which is the frame a version-1 build wrote.
+    /// double-hashed columns; read under the new ones they would be wrong numbers. A version-2
+    /// blob has no form tag. Both must be refused by version. Built here by setting a current
+    /// blob's version field back (with its checksum recomputed), which is the frame those builds
+    /// wrote.
     #[test]
-    fn a_version_1_blob_is_refused_by_name() {
+    fn older_blobs_are_refused_by_name() {
         let mut c = CountMin::new(0.01, 0.01, 10).expect("size");
         c.update(&Item::new(wallet(13, 1).as_bytes()));
-        let mut old = c.encode().expect("encode");
-        assert_eq!(u16::from_le_bytes([old[4], old[5]]), 2);
-        old[4..6].copy_from_slice(&1u16.to_le_bytes());
-        let body = old.len() - 4;
-        let crc = crc32fast::hash(&old[..body]);
-        old[body..].copy_from_slice(&crc.to_le_bytes());
-        let err = CountMin::decode(&old).expect_err("version 1 refused");
+        let blob = c.encode().expect("encode");
+        assert_eq!(u16::from_le_bytes([blob[4], blob[5]]), 3);
+        for version in [1u16, 2] {
+            let mut old = blob.clone();
+            old[4..6].copy_from_slice(&version.to_le_bytes());
+            let body = old.len() - 4;
+            let crc = crc32fast::hash(&old[..body]);
+            old[body..].copy_from_slice(&crc.to_le_bytes());
+            let err = CountMin::decode(&old).expect_err("older version refused");
+            assert_eq!(
+                err,
+                SketchError::Codec {
+                    kind: SketchKind::CountMin,
+                    source: CodecError::UnsupportedVersion {
+                        found: version,
+                        supported: 3
+                    }
+                }
+            );
+            assert!(
+                err.to_string().contains(&format!("version {version}")),
+                "{err}"
+            );
+        }
+    }
+
+    fn table_of(c: &CountMin) -> &[u64] {
+        match &c.form {
+            Form::Table { table, .. } => table,
+            Form::Exact(_) => panic!("expected the table form"),
+        }
+    }
+
+    /// The default sketch's exact form: 1,170 wallets take 94,208 bytes (index 2,048 slots,
+    /// 1,536 entries, a 49,152-byte arena for 49,140 bytes of wallets); the 1,171st would take
+    /// 110,592, more than the 108,760-byte table, so it converts.
+    const WALLETS_EXACT: u64 = 1_170;
+
+    /// Exact counts until the exact form would outgrow the table, then the table; the memory
+    /// reported is what the vectors hold, and never more than the table's.
+    #[test]
+    fn starts_exact_and_converts_when_the_table_is_smaller() {
+        let mut c = CountMin::new(0.001, 0.01, 100).expect("size");
+        let header = std::mem::size_of::<CountMin>();
+        assert!(c.is_exact());
+        assert_eq!(c.size_bytes(), header + 16 * 4);
+        let mut truth: HashMap<String, u64> = HashMap::new();
+        for i in 0..WALLETS_EXACT {
+            let w = wallet(50, i);
+            let times = 1 + i % 7;
+            c.add_bytes(w.as_bytes(), times);
+            truth.insert(w, times);
+            let Form::Exact(e) = &c.form else {
+                panic!("{i}: converted early")
+            };
+            // Honest: the capacities held are the size classes the conversion rule counts.
+            assert_eq!(c.size_bytes() - header, exact_bytes(e.len(), e.arena.len()));
+            assert!(c.size_bytes() - header <= c.table_bytes(), "{i}");
+        }
+        assert_eq!(c.size_bytes() - header, 94_208);
+        assert_eq!(c.exact_items(), Some(WALLETS_EXACT as usize));
+        assert_eq!(c.error_bound(), 0.0);
+        for (w, &n) in &truth {
+            assert_eq!(c.count(w.as_bytes()), n);
+            assert_eq!(c.count_estimate(w.as_bytes()), Estimate::exact(n as f64));
+        }
+        assert_eq!(c.count(wallet(51, 0).as_bytes()), 0);
+        // TOP from the exact form ranks every item, past the heap's 100.
+        let top = c.top(1_000);
+        assert_eq!(top.len(), 1_000);
+        let mut want: Vec<(&String, &u64)> = truth.iter().collect();
+        want.sort_by(|a, b| b.1.cmp(a.1).then_with(|| a.0.cmp(b.0)));
+        for (e, (w, &n)) in top.iter().zip(&want) {
+            assert_eq!((e.item.as_slice(), e.estimate), (w.as_bytes(), n));
+            assert_eq!(e.sha(), &ShaWords::of(w.as_bytes()));
+        }
+        // Repeats of held items never convert it.
+        c.add_bytes(wallet(50, 0).as_bytes(), 5);
+        assert!(c.is_exact());
+        c.add_bytes(wallet(50, WALLETS_EXACT).as_bytes(), 1);
+        assert!(!c.is_exact());
+        assert!(c.error_bound() > 0.0);
         assert_eq!(
-            err,
-            SketchError::Codec {
-                kind: SketchKind::CountMin,
-                source: CodecError::UnsupportedVersion {
-                    found: 1,
-                    supported: 2
+            c.size_bytes() - header,
+            c.table_bytes() + 100 * (CANDIDATE_BYTES + 42)
+        );
+    }
+
+    /// Converting adds each item's count to the table as an update with that count would (in
+    /// byte order) and fills the heap with the heaviest at their exact counts: equal to a
+    /// table-form sketch fed that way. In standard update the table is then the same as one fed
+    /// the stream itself, in any order.
+    #[test]
+    fn conversion_adds_the_exact_counts_to_the_table() {
+        for conservative in [true, false] {
+            let make = || {
+                CountMin::new(0.001, 0.01, 10)
+                    .expect("size")
+                    .with_conservative_update(conservative)
+            };
+            let stream: Vec<String> = (0..3_000u64).map(|i| wallet(52, (i * 7) % 1_171)).collect();
+            let mut live = make();
+            let mut counts: HashMap<&str, u64> = HashMap::new();
+            let mut converted_at = None;
+            for (i, w) in stream.iter().enumerate() {
+                if live.is_exact() {
+                    *counts.entry(w).or_insert(0) += 1;
+                }
+                live.add_bytes(w.as_bytes(), 1);
+                if converted_at.is_none() && !live.is_exact() {
+                    converted_at = Some(i);
                 }
             }
-        );
-        assert!(err.to_string().contains("version 1"), "{err}");
+            let at = converted_at.expect("converts");
+            // By hand: the exact counts held just before, in byte order, then the rest.
+            let mut by_hand = make();
+            by_hand.convert();
+            let last = stream[at].as_str();
+            *counts.get_mut(last).expect("counted") -= 1;
+            counts.retain(|_, n| *n > 0);
+            let mut held: Vec<(&str, u64)> = counts.into_iter().collect();
+            held.sort();
+            let mut candidates = Vec::new();
+            for &(w, n) in &held {
+                by_hand.total += n;
+                let sha = ShaWords::of(w.as_bytes());
+                by_hand.table_add(&sha, n);
+                candidates.push(TopEntry {
+                    item: w.as_bytes().to_vec(),
+                    estimate: n,
+                    sha,
+                });
+            }
+            if let Form::Table { top, .. } = &mut by_hand.form {
+                top.refill(candidates);
+            }
+            for w in &stream[at..] {
+                by_hand.add_bytes(w.as_bytes(), 1);
+            }
+            assert_eq!(by_hand, live, "conservative {conservative}");
+            if !conservative {
+                let mut direct = make();
+                direct.convert();
+                let mut shuffled = stream.clone();
+                shuffled.shuffle(&mut StdRng::seed_from_u64(3));
+                for w in &shuffled {
+                    direct.add_bytes(w.as_bytes(), 1);
+                }
+                assert_eq!(table_of(&direct), table_of(&live));
+            }
+        }
+    }
+
+    /// Every form decodes to an equal sketch with the same memory, which then evolves exactly
+    /// as the live one, through the conversion and past it.
+    #[test]
+    fn decoded_sketches_equal_the_live_ones_and_evolve_identically() {
+        let mut live = CountMin::new(0.001, 0.01, 20).expect("size");
+        let mut i = 0u64;
+        for stop in [0u64, 1, 10, 1_169, 1_170, 1_171, 3_000] {
+            while i < stop {
+                live.add_bytes(wallet(53, i).as_bytes(), 1 + i % 3);
+                i += 1;
+            }
+            let blob = live.encode().expect("encode");
+            let mut back = CountMin::decode(&blob).expect("decode");
+            assert_eq!(back, live, "after {stop}");
+            assert_eq!(back.size_bytes(), live.size_bytes(), "after {stop}");
+            let mut ahead = live.clone();
+            for j in 0..2_000u64 {
+                let w = wallet(53, (j * 13) % 4_000);
+                back.add_bytes(w.as_bytes(), 1);
+                ahead.add_bytes(w.as_bytes(), 1);
+            }
+            assert_eq!(back, ahead, "after {stop} + 2,000");
+            assert_eq!(back.top(20), ahead.top(20));
+        }
+        let mut ten = CountMin::new(0.001, 0.01, 20).expect("size");
+        for i in 0..10 {
+            ten.add_bytes(wallet(54, i).as_bytes(), 1);
+        }
+        // Stored as (item, count) pairs: 8 + 42 + 8 bytes a wallet over a fixed frame.
+        let empty = CountMin::new(0.001, 0.01, 20)
+            .expect("size")
+            .encode()
+            .expect("encode");
+        assert_eq!(ten.encode().expect("encode").len(), empty.len() + 10 * 58);
+        assert_damage_detected(&ten);
+    }
+
+    #[test]
+    fn a_blob_no_live_sketch_could_hold_is_refused() {
+        let mut c = CountMin::new(0.01, 0.01, 10).expect("size");
+        c.add_bytes(b"x", 3);
+        let mut lying = c.clone();
+        lying.total = 4;
+        let err = CountMin::decode(&lying.encode().expect("encode")).expect_err("sum");
+        assert!(err.to_string().contains("sum to 3"), "{err}");
+        // More than a live sketch holds before converting: a 29 × 3 table is 696 bytes, which
+        // 8 wallets fit and 9 would not.
+        let mut big = CountMin::new(0.1, 0.1, 10).expect("size");
+        assert_eq!(big.table_bytes(), 696);
+        let mut counts = ExactCounts::new();
+        for i in 0..20u64 {
+            let w = wallet(55, i);
+            let key = key_of(&ShaWords::of(w.as_bytes()));
+            if let Err(slot) = counts.find(key, w.as_bytes()) {
+                counts.push(key, w.as_bytes(), 1, slot);
+            }
+        }
+        big.form = Form::Exact(counts);
+        big.total = 20;
+        let err = CountMin::decode(&big.encode().expect("encode")).expect_err("too big");
+        assert!(err.to_string().contains("more than the"), "{err}");
+    }
+
+    /// Merging mixes forms: exact with exact stays exact while the sum fits (then equals the
+    /// sketch built at once); anything with a table is a table whose counts stay upper bounds;
+    /// in standard update every grouping gives the table built at once.
+    #[test]
+    fn merging_mixes_forms() {
+        // 20 loud wallets (every third event) and 2,500 quiet ones.
+        let stream: Vec<String> = (0..6_000u64)
+            .map(|i| wallet(56, if i % 3 == 0 { i % 20 } else { 20 + i % 2_500 }))
+            .collect();
+        let mut truth: HashMap<&str, u64> = HashMap::new();
+        for w in &stream {
+            *truth.entry(w).or_insert(0) += 1;
+        }
+        for conservative in [true, false] {
+            let fed = |range: std::ops::Range<usize>| {
+                let mut c = CountMin::new(0.001, 0.01, 10)
+                    .expect("size")
+                    .with_conservative_update(conservative);
+                for w in &stream[range] {
+                    c.add_bytes(w.as_bytes(), 1);
+                }
+                c
+            };
+            let whole = fed(0..6_000);
+            // Exact + exact, small.
+            let mut a = fed(0..200);
+            a.merge(&fed(200..400)).expect("merge");
+            assert!(a.is_exact());
+            assert_eq!(a, fed(0..400));
+            // Every pairing of forms over the whole stream.
+            for (cut, what) in [
+                (600, "exact + table"),
+                (5_500, "table + exact"),
+                (3_000, "table + table"),
+            ] {
+                let (left, right) = (fed(0..cut), fed(cut..6_000));
+                for (mut m, other) in [(left.clone(), &right), (right.clone(), &left)] {
+                    m.merge(other).expect("merge");
+                    assert!(!m.is_exact(), "{what}");
+                    assert_eq!(m.total(), 6_000);
+                    for (w, &n) in &truth {
+                        assert!(m.count(w.as_bytes()) >= n, "{what}: {w} under");
+                    }
+                    if !conservative {
+                        assert_eq!(table_of(&m), table_of(&whole), "{what}, standard");
+                    }
+                    for e in m.top(10) {
+                        assert!(e.estimate >= truth[std::str::from_utf8(&e.item).expect("utf8")]);
+                        assert_eq!(e.estimate, m.count(&e.item));
+                    }
+                }
+            }
+            // Exact + exact whose sum no longer fits: converted from the sum.
+            let (left, right) = (fed(0..1_500), fed(1_500..3_000));
+            assert!(left.is_exact() && right.is_exact());
+            let mut m = left.clone();
+            m.merge(&right).expect("merge");
+            assert!(!m.is_exact());
+            let mut sum = left.clone();
+            if let (Form::Exact(s), Form::Exact(r)) = (&mut sum.form, &right.form) {
+                for e in r.sorted() {
+                    let item = r.item(e);
+                    match s.find(e.key, item) {
+                        Ok(i) => s.entries[i].count += e.count,
+                        Err(slot) => s.push(e.key, item, e.count, slot),
+                    }
+                }
+            }
+            sum.total += right.total;
+            sum.convert();
+            assert_eq!(m, sum, "conservative {conservative}");
+        }
     }
 
     proptest! {
@@ -1261,7 +2030,7 @@ mod tests {
                 *truth.entry(k).or_insert(0) += n;
             }
             for (k, n) in truth {
-                prop_assert!(c.count(&ShaWords::of(&k.to_le_bytes())) >= n);
+                prop_assert!(c.count(&k.to_le_bytes()) >= n);
             }
         }
     }

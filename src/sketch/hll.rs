@@ -14,7 +14,8 @@
 //! Two forms: a **sparse** set of coupons while the count is small (4 bytes per distinct item
 //! stored, at most 8 bytes in memory, and near-exact because 2^26 addresses rarely collide),
 //! converted automatically to **dense** 6-bit registers (`2^p · 6 / 8` bytes: 12,288 at p = 14)
-//! before the in-memory coupon table could outgrow them (768 coupons at p = 14).
+//! when the in-memory coupon table would outgrow them (past 1,024 coupons at p = 14, whose
+//! table is 8 KiB; the next would need 16 KiB).
 //! The dense estimator is Ertl's improved raw estimator (2017), which has no mid-range bias and
 //! needs no empirical correction tables.
 
@@ -57,10 +58,13 @@ struct CouponSet {
     len: usize,
 }
 
+/// The smallest coupon table.
+const MIN_COUPON_SLOTS: usize = 16;
+
 impl CouponSet {
     fn new() -> Self {
         CouponSet {
-            slots: vec![EMPTY; 16],
+            slots: vec![EMPTY; MIN_COUPON_SLOTS],
             len: 0,
         }
     }
@@ -216,10 +220,12 @@ impl HyperLogLog {
                 format!("must lie in {MIN_PRECISION}..={MAX_PRECISION}"),
             ));
         }
-        Ok(HyperLogLog {
-            p,
-            repr: Repr::Sparse(CouponSet::new()),
-        })
+        let repr = if Self::sparse_limit_for(p) == 0 {
+            Repr::Dense(vec![0; (1usize << p) * 6 / 8])
+        } else {
+            Repr::Sparse(CouponSet::new())
+        };
+        Ok(HyperLogLog { p, repr })
     }
 
     pub fn precision(&self) -> u8 {
@@ -291,11 +297,22 @@ impl HyperLogLog {
         matches!(self.repr, Repr::Sparse(_))
     }
 
-    /// Coupons beyond which the sparse form converts to dense. The in-memory coupon table is
-    /// kept at most half full (4 bytes a slot), so 1/16 of the dense size in coupons keeps the
-    /// table at or under 2/3 of the dense array's bytes (768 coupons, 8 KiB at p = 14).
+    /// Coupons beyond which the sparse form converts to dense: the most its in-memory table
+    /// holds while no larger than the dense registers. The table is a power of two of 4-byte
+    /// slots (at least 16), kept at most half full, so the limit is half the largest such table
+    /// within `2^p · 6 / 8` bytes: 1,024 coupons in 8 KiB at p = 14, where 1,025 would need
+    /// 16 KiB against the registers' 12 KiB. Stored, a coupon takes 4 bytes, so the sparse blob
+    /// is at most a third of the dense one. 0 (no sparse form) below p = 7.
     fn sparse_limit(&self) -> usize {
-        self.dense_bytes() / 16
+        Self::sparse_limit_for(self.p)
+    }
+
+    fn sparse_limit_for(p: u8) -> usize {
+        let slots = ((1usize << p) * 6 / 8) / 4;
+        if slots < MIN_COUPON_SLOTS {
+            return 0;
+        }
+        (1usize << (usize::BITS - 1 - slots.leading_zeros())) / 2
     }
 
     /// Adds an item from its MurmurHash3 words (for callers that hashed it already).
@@ -588,6 +605,72 @@ mod tests {
         assert_eq!(h.register_values(), regs);
     }
 
+    /// The sparse form lasts while its table is no larger than the dense registers, at every
+    /// precision: the switch comes with the first coupon whose table would be bigger (1,025 at
+    /// p = 14, where the table would double to 16 KiB against 12 KiB of registers; it was 769,
+    /// while 8 KiB still held them). Below p = 7 even the smallest table is bigger: dense from
+    /// the start.
+    #[test]
+    fn sparse_until_dense_is_smaller_at_every_precision() {
+        let header = std::mem::size_of::<HyperLogLog>();
+        for p in MIN_PRECISION..=MAX_PRECISION {
+            let mut h = HyperLogLog::new(p).expect("p");
+            let dense = h.dense_bytes();
+            let limit = h.sparse_limit();
+            if limit == 0 {
+                assert!(!h.is_sparse(), "p={p}");
+                assert!(MIN_COUPON_SLOTS * 4 > dense, "p={p}");
+                continue;
+            }
+            assert!(p >= 7, "p={p}");
+            let mut held = 0;
+            let mut i = 0;
+            while h.is_sparse() {
+                assert!(
+                    h.size_bytes() - header <= dense,
+                    "p={p}: {}",
+                    h.size_bytes()
+                );
+                if let Repr::Sparse(set) = &h.repr {
+                    held = set.len;
+                }
+                h.update_murmur(murmur(3, i));
+                i += 1;
+            }
+            assert_eq!(held, limit, "p={p}");
+            // The table for `limit` coupons fits; the one for one more would not.
+            assert!(
+                index_bytes(limit) <= dense && index_bytes(limit + 1) > dense,
+                "p={p}"
+            );
+            assert_eq!(h.size_bytes() - header, dense);
+        }
+        assert_eq!(HyperLogLog::sparse_limit_for(14), 1_024);
+        // Stored, the sparse form is 4 bytes a coupon: at the limit at most a third of dense
+        // (4,096 bytes of coupons against 12,288) plus the empty sketch's header.
+        let h = sketch_of(14, 4, 0..1_020);
+        let Repr::Sparse(set) = &h.repr else {
+            panic!("1,020 items stay sparse")
+        };
+        let empty = HyperLogLog::new(14)
+            .expect("p")
+            .encode()
+            .expect("encode")
+            .len();
+        let sparse = h.encode().expect("encode").len();
+        assert_eq!(sparse, empty + 4 * set.len);
+        assert!(
+            sparse - empty <= h.dense_bytes() / 3,
+            "{sparse} bytes stored"
+        );
+    }
+
+    /// Bytes of a coupon table holding `n` coupons (a power of two of 4-byte slots, at least
+    /// 16, at most half full).
+    fn index_bytes(n: usize) -> usize {
+        (2 * n).next_power_of_two().max(MIN_COUPON_SLOTS) * 4
+    }
+
     #[test]
     fn dataskeches_coupon_layout() {
         // Address = low 26 bits of h0, value = min(nlz(h1), 62) + 1, register = low p bits.
@@ -662,11 +745,13 @@ mod tests {
 
     /// Accuracy over 100 seeds per n. Measured: the mean and the RMS of the relative error.
     ///
-    /// - Sparse n (10 and 100, under the 768-coupon limit): linear counting over 2^26 addresses
-    ///   is exact unless two items share an address, which happens to a sketch with probability
-    ///   about n²/2^27 (7.5e-5 at n = 100) and makes it 1/n low. The RMS must stay under 0.2%:
-    ///   it takes 4 colliding sketches out of 100 to cross it.
-    /// - Dense n (1,000 to 1M): the RSE at n is `relative_standard_error_at(n)` (0.556% at 1,000,
+    /// - Sparse n (10, 100 and 1,000, within the 1,024-coupon limit): linear counting over 2^26
+    ///   addresses is exact unless two items share an address, which happens to a sketch with
+    ///   probability about n²/2^27 (7.5e-5 at n = 100, 0.75% at 1,000) and makes it 1/n low.
+    ///   The RMS must stay under 0.2%: at n = 100 it takes 4 colliding sketches out of 100 to
+    ///   cross it; at n = 1,000 a collision costs only 0.1%, so it checks that the sparse form
+    ///   is the near-exact one.
+    /// - Dense n (10,000 to 1M; 1,000 was dense while the sparse limit was 768): the RSE at n is `relative_standard_error_at(n)` (0.556% at 1,000,
     ///   0.584% at 10,000, 0.80% at 1M). The mean error of 100 seeds has standard error RSE/10:
     ///   it must lie within 4 of them of 0 (false failure 6e-5 per n; a bias of 0.3% fails at
     ///   every n, the classic estimator's mid-range bump of several percent by far). RMS²/RSE²
@@ -686,8 +771,10 @@ mod tests {
         for &n in &[10u64, 100, 1_000, 10_000, 100_000, 1_000_000] {
             let mut errs = Vec::new();
             let mut rse = 0.0;
+            let mut sparse = false;
             for seed in 0..seeds {
                 let h = sketch_of(14, 1000 + seed * 7 + n, 0..n);
+                sparse = h.is_sparse();
                 let est = h.estimate();
                 errs.push(est.value / n as f64 - 1.0);
                 rse = h.relative_standard_error_at(n as f64);
@@ -700,7 +787,8 @@ mod tests {
                 rms * 100.0,
                 rse * 100.0
             );
-            if n < 768 {
+            assert_eq!(sparse, n <= 1_000, "n={n}: form");
+            if sparse {
                 assert!(rms <= 0.002, "n={n}: sparse RMS relative error {rms}");
                 continue;
             }

@@ -24,10 +24,10 @@ pub mod reservoir;
 pub mod set;
 pub mod theta;
 
-pub use bloom::{BloomFilter, ScalableBloom};
+pub use bloom::{BloomFilter, Presence, ScalableBloom};
 pub use countmin::{CountMin, TopEntry};
 pub use hll::HyperLogLog;
-pub use reservoir::Reservoir;
+pub use reservoir::{HeapSize, Reservoir};
 pub use set::{SketchConfig, SketchSet};
 pub use theta::Theta;
 

@@ -28,6 +28,55 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 /// Default sample size per sketch set.
 pub const DEFAULT_RESERVOIR: usize = 1_000;
 
+/// Heap bytes a value owns beyond its own `size_of` (a `String`'s buffer, say), so that
+/// [`Reservoir::size_bytes`](Sketch::size_bytes) counts what a sample really holds. Types with
+/// nothing on the heap (sequence numbers) return 0.
+pub trait HeapSize {
+    fn heap_bytes(&self) -> usize;
+}
+
+macro_rules! no_heap {
+    ($($t:ty),*) => {$(
+        impl HeapSize for $t {
+            fn heap_bytes(&self) -> usize {
+                0
+            }
+        }
+    )*};
+}
+no_heap!(u8, u16, u32, u64, u128, usize, i8, i16, i32, i64, i128, isize, bool, char, f32, f64);
+
+impl HeapSize for String {
+    fn heap_bytes(&self) -> usize {
+        self.capacity()
+    }
+}
+
+impl<T: HeapSize> HeapSize for Vec<T> {
+    fn heap_bytes(&self) -> usize {
+        self.capacity() * std::mem::size_of::<T>()
+            + self.iter().map(HeapSize::heap_bytes).sum::<usize>()
+    }
+}
+
+impl<T: HeapSize> HeapSize for Box<[T]> {
+    fn heap_bytes(&self) -> usize {
+        std::mem::size_of_val::<[T]>(self) + self.iter().map(HeapSize::heap_bytes).sum::<usize>()
+    }
+}
+
+impl<A: HeapSize, B: HeapSize> HeapSize for (A, B) {
+    fn heap_bytes(&self) -> usize {
+        self.0.heap_bytes() + self.1.heap_bytes()
+    }
+}
+
+impl HeapSize for &'static str {
+    fn heap_bytes(&self) -> usize {
+        0
+    }
+}
+
 fn os_rng() -> StdRng {
     StdRng::from_os_rng()
 }
@@ -62,7 +111,8 @@ impl<T> Reservoir<T> {
         Reservoir {
             capacity,
             seen: 0,
-            items: Vec::with_capacity(capacity.min(1 << 16)),
+            // Grown as events arrive (see `offer_with`), so a set that saw few costs little.
+            items: Vec::new(),
             w: 1.0,
             next: 0,
             rng,
@@ -101,6 +151,12 @@ impl<T> Reservoir<T> {
     pub fn offer_with(&mut self, make: impl FnOnce() -> T) -> bool {
         self.seen += 1;
         if self.items.len() < self.capacity {
+            if self.items.len() == self.items.capacity() {
+                // Doubling, but never past `capacity`: a full reservoir holds exactly k slots,
+                // which `SketchSet::largest_size_bytes` counts on.
+                let grown = (self.items.len() * 2).max(4).min(self.capacity);
+                self.items.reserve_exact(grown - self.items.len());
+            }
             self.items.push(make());
             if self.items.len() == self.capacity {
                 self.w = (self.open01().ln() / self.capacity as f64).exp();
@@ -160,7 +216,7 @@ impl<T: PartialEq> PartialEq for Reservoir<T> {
     }
 }
 
-impl<T: Serialize + DeserializeOwned + Clone> Sketch for Reservoir<T> {
+impl<T: Serialize + DeserializeOwned + Clone + HeapSize> Sketch for Reservoir<T> {
     const KIND: SketchKind = SketchKind::Reservoir;
 
     /// A uniform sample of the union of both streams, weighted by their lengths.
@@ -191,6 +247,8 @@ impl<T: Serialize + DeserializeOwned + Clone> Sketch for Reservoir<T> {
         let from_theirs = from_theirs.min(other.items.len());
         self.items.shuffle(&mut self.rng);
         self.items.truncate(from_mine);
+        // Exactly, so the slots never pass k (pushing could double past it).
+        self.items.reserve_exact(from_theirs);
         for i in index::sample(&mut self.rng, other.items.len(), from_theirs) {
             self.items.push(other.items[i].clone());
         }
@@ -211,12 +269,9 @@ impl<T: Serialize + DeserializeOwned + Clone> Sketch for Reservoir<T> {
         Estimate::exact(self.seen as f64)
     }
 
-    /// The slots of a full reservoir; heap data the events own (strings) is not counted.
+    /// The slots allocated so far (at most k) and the heap data the sampled events own.
     fn size_bytes(&self) -> usize {
-        // Saturating: the capacity is the caller's (bounded by `MAX_RESERVOIR` in a store).
-        self.capacity
-            .saturating_mul(std::mem::size_of::<T>())
-            .saturating_add(std::mem::size_of::<Self>())
+        self.items.heap_bytes() + std::mem::size_of::<Self>()
     }
 
     fn validate(&self) -> Result<(), SketchError> {

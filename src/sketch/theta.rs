@@ -29,6 +29,8 @@ pub const DEFAULT_NOMINAL_ENTRIES: u32 = 4096;
 const MIN_LG_K: u8 = 4;
 const MAX_LG_K: u8 = 20;
 const EMPTY: u64 = 0;
+/// The smallest table (128 bytes): a set that saw a few items should cost a few bytes.
+const MIN_SLOTS: usize = 16;
 const TWO_POW_63: f64 = 9_223_372_036_854_775_808.0;
 
 /// A Theta sketch with `k = 2^lg_k` nominal entries.
@@ -67,7 +69,7 @@ impl Theta {
         Theta {
             lg_k,
             theta,
-            table: vec![EMPTY; 32],
+            table: vec![EMPTY; MIN_SLOTS],
             count: 0,
         }
     }
@@ -201,7 +203,7 @@ impl Theta {
         }
         let slots = (values.len() * 4 / 3 + 1)
             .next_power_of_two()
-            .clamp(32, out.max_slots());
+            .clamp(MIN_SLOTS, out.max_slots());
         out.table = vec![EMPTY; slots];
         for v in values {
             out.place(v);

@@ -157,8 +157,9 @@ impl Store {
                 continue;
             };
             if info.max_time < cutoff && info.end_seq() <= checkpoint {
-                batch.delete(k.clone());
-                batch.delete(keys::log(info.first_seq).to_vec());
+                self.engine.delete(batch, k.clone())?;
+                self.engine
+                    .delete(batch, keys::log(info.first_seq).to_vec())?;
                 dropped_any = true;
             }
         }

@@ -10,6 +10,7 @@
 //! | `I` | `I` + first event sequence number (u64 BE) | block index: count, min and max time |
 //! | `S` | `S` + kind (u8) + tag id (u32 BE) + bucket start (i64, sign-flipped BE) | sketch blob |
 //! | `A` | `A` | all-time scalable Bloom filter |
+//! | `C` | `C` + the key of a value over `VALUE_MAX` + chunk index (u32 BE) | one chunk of it |
 //!
 //! Big-endian integers (with the sign bit flipped for times) sort the way the numbers do, so the
 //! buckets of one kind and one tag in a time range are one contiguous, ordered scan.
@@ -26,6 +27,23 @@ pub const LOG: u8 = kinds::LOG.prefix;
 pub const INDEX: u8 = kinds::INDEX.prefix;
 pub const SKETCH: u8 = kinds::SKETCH.prefix;
 pub const ALL_TIME: &[u8] = &[kinds::ALL_TIME.prefix];
+pub const CHUNK: u8 = kinds::CHUNK.prefix;
+
+/// `C` + `key`: the prefix of every chunk of the value under `key`.
+pub fn chunk_prefix(key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(key.len() + 5);
+    k.push(CHUNK);
+    k.extend_from_slice(key);
+    k
+}
+
+/// The key of chunk `index` of the value under `key`. Chunk keys of one value sort by index,
+/// and none of them starts with another kind's prefix.
+pub fn chunk(key: &[u8], index: u32) -> Vec<u8> {
+    let mut k = chunk_prefix(key);
+    k.extend_from_slice(&index.to_be_bytes());
+    k
+}
 
 pub fn meta(name: &str) -> Vec<u8> {
     let mut k = vec![META];

@@ -57,8 +57,16 @@ pub const ALL_TIME: Kind = Kind {
     name: "all-time bloom filter",
 };
 
+/// One chunk of a value over the engine's `VALUE_MAX`, under `C` + the value's own key + the
+/// chunk's index; the value's own key holds a manifest (see `seam`).
+pub const CHUNK: Kind = Kind {
+    prefix: b'C',
+    blob: 0,
+    name: "chunk of a large value",
+};
+
 /// Every kind, for the uniqueness check.
-pub const ALL: [Kind; 6] = [META, TAG, LOG, INDEX, SKETCH, ALL_TIME];
+pub const ALL: [Kind; 7] = [META, TAG, LOG, INDEX, SKETCH, ALL_TIME, CHUNK];
 
 /// The stored parts of a sketch set: its header (event count and log position) and one per
 /// family. A family's part byte is its [`SketchKind`], the kind in its blob's frame.

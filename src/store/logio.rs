@@ -72,7 +72,9 @@ impl Store {
     pub(super) fn write_full_block(&self, st: &mut State) {
         let written = st.open_block.finish().ok().and_then(|(blob, info)| {
             let mut batch = WriteBatch::default();
-            batch.put(keys::log(info.first_seq), blob).ok()?;
+            self.engine
+                .put(&mut batch, keys::log(info.first_seq), blob)
+                .ok()?;
             self.engine.apply(batch).ok().map(|()| info)
         });
         match written {
@@ -93,7 +95,7 @@ impl Store {
         let end = [keys::LOG + 1];
         for entry in engine.range(&keys::log(next_seq), Some(&end)) {
             let (key, _) = entry?;
-            batch.delete(key);
+            engine.delete(&mut batch, key)?;
         }
         engine.apply(batch)
     }

@@ -69,10 +69,12 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-/// The on-disk format this build writes and the only one it reads. 2: Count-Min rows hashed by
-/// independent SHA-256 words instead of double hashing (a version-1 store's Count-Min tables
-/// would be read under the wrong columns, so it is refused with its version named).
-pub const FORMAT_VERSION: u32 = 2;
+/// The on-disk format this build writes and the only one it reads. 3: Bloom filters (the
+/// all-time one too) and Count-Min sketches start in exact forms, a changed layout. 2: Count-Min
+/// rows hashed by independent SHA-256 words instead of double hashing (a version-1 store's
+/// Count-Min tables would be read under the wrong columns, so it is refused with its version
+/// named).
+pub const FORMAT_VERSION: u32 = 3;
 /// The blob kind of the store's metadata records (format version, config, checkpoint).
 pub const META_KIND: u8 = kinds::META.blob;
 

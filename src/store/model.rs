@@ -298,7 +298,7 @@ impl Config {
         for (name, params, bytes) in blobs {
             if bytes > MAX_SKETCH_BLOB {
                 return Err(StoreError::ConfigValue(format!(
-                    "a {name} of {params} takes {bytes} bytes, over the {MAX_SKETCH_BLOB} a stored sketch may take (larger values are not synced by the storage engine)"
+                    "a {name} of {params} takes {bytes} bytes, over the {MAX_SKETCH_BLOB} one sketch of a set may take"
                 )));
             }
         }
@@ -352,6 +352,13 @@ pub struct Event {
     pub tags: Vec<(String, String)>,
     /// Every other field, verbatim (a JSON object's text, or empty).
     pub extra: String,
+}
+
+impl crate::sketch::HeapSize for Event {
+    /// The strings' buffers, so a set's reservoir reports what its events hold.
+    fn heap_bytes(&self) -> usize {
+        self.item.heap_bytes() + self.tags.heap_bytes() + self.extra.heap_bytes()
+    }
 }
 
 impl Event {

@@ -11,7 +11,7 @@ use super::log::{self, ItemRef, LogEvent};
 use super::state::State;
 use super::{Event, Result, Slice, Store, StoreError, TimeRange};
 use crate::hash::ShaWords;
-use crate::sketch::{CountMin, HyperLogLog, Reservoir, Sketch, Theta, TopEntry};
+use crate::sketch::{CountMin, HyperLogLog, Presence, Reservoir, Sketch, Theta, TopEntry};
 use rand::Rng;
 use std::collections::HashMap;
 
@@ -27,10 +27,18 @@ pub struct Merged<S> {
 /// The answer to "have we seen X?" over a range.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Membership {
-    /// `false` is certain; `true` means "maybe".
+    /// `false` is certain; `true` means "maybe", or "yes" when `present` is set.
     pub maybe: bool,
-    /// The chance that an absent item is reported "maybe" by at least one filter read:
-    /// `1 - Π(1 - fpr_i)`.
+    /// A filter read in its exact form holds the item's 64-bit fingerprint: "yes", wrong only
+    /// if an absent item's fingerprint equals one of the `fingerprints` held.
+    pub present: bool,
+    /// Every filter read was in its exact form (false when none was read).
+    pub all_exact: bool,
+    /// Fingerprints held by the exact forms read: an absent item is reported present with
+    /// probability at most `fingerprints / 2^64`.
+    pub fingerprints: u64,
+    /// The chance that an absent item is reported "maybe" (or "yes") by at least one filter
+    /// read: `1 - Π(1 - fpr_i)`.
     pub false_positive_rate: f64,
     pub buckets: usize,
     pub bytes: usize,
@@ -41,8 +49,10 @@ pub struct Membership {
 /// The answer to "how often does X occur?" over a range.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Frequency {
-    /// Never below the truth.
+    /// Never below the truth; the truth itself when `exact`.
     pub estimate: u64,
+    /// The merged Count-Min is in its exact form: `estimate` is the count, `bound` 0.
+    pub exact: bool,
     /// The estimate exceeds the truth by more than this with probability at most `delta`.
     pub bound: f64,
     pub delta: f64,
@@ -396,8 +406,12 @@ impl Store {
         let st = self.lock()?;
         if range.is_all() && *slice == Slice::Whole {
             let f = &st.all_time;
+            let presence = f.lookup(&sha);
             return Ok(Membership {
-                maybe: f.contains(&sha),
+                maybe: presence != Presence::Absent,
+                present: presence == Presence::Present,
+                all_exact: f.is_exact(),
+                fingerprints: f.layers().iter().filter_map(|l| l.fingerprints()).sum(),
                 false_positive_rate: f.predicted_fpr(),
                 buckets: 0,
                 bytes: f.size_bytes(),
@@ -406,57 +420,54 @@ impl Store {
         }
         let tag = self.tag_id(&st, slice)?;
         let buckets = self.buckets_of(&st, tag, range)?;
-        let mut maybe = false;
-        let mut all_clear = 1.0;
-        let mut bytes = 0;
-        let mut saturated = false;
-        for &b in &buckets {
-            let found = match st.sets.get(&(tag, b)) {
-                Some(a) => {
-                    let f = &a.set.bloom;
-                    (
-                        f.contains(&sha),
-                        f.predicted_fpr(),
-                        f.size_bytes(),
-                        f.is_overfull(),
-                    )
-                }
-                None => match self.read_part::<crate::sketch::BloomFilter>(
-                    &st.tags,
-                    Part::Bloom,
-                    tag,
-                    b,
-                )? {
-                    Some(f) => (
-                        f.contains(&sha),
-                        f.predicted_fpr(),
-                        f.size_bytes(),
-                        f.is_overfull(),
-                    ),
-                    None => continue,
-                },
-            };
-            maybe |= found.0;
-            all_clear *= 1.0 - found.1;
-            bytes += found.2;
-            saturated |= found.3;
-        }
-        Ok(Membership {
-            maybe,
-            false_positive_rate: 1.0 - all_clear,
+        let mut out = Membership {
+            maybe: false,
+            present: false,
+            all_exact: false,
+            fingerprints: 0,
+            false_positive_rate: 0.0,
             buckets: buckets.len(),
-            bytes,
-            saturated,
-        })
+            bytes: 0,
+            saturated: false,
+        };
+        let mut all_clear = 1.0;
+        let mut read = 0usize;
+        let mut exact = 0usize;
+        let mut add = |f: &crate::sketch::BloomFilter| {
+            let presence = f.lookup(&sha);
+            out.maybe |= presence != Presence::Absent;
+            out.present |= presence == Presence::Present;
+            out.fingerprints += f.fingerprints().unwrap_or(0);
+            all_clear *= 1.0 - f.predicted_fpr();
+            out.bytes += f.size_bytes();
+            out.saturated |= f.is_overfull();
+            read += 1;
+            exact += usize::from(f.is_exact());
+        };
+        for &b in &buckets {
+            match st.sets.get(&(tag, b)) {
+                Some(a) => add(&a.set.bloom),
+                None => {
+                    if let Some(f) =
+                        self.read_part::<crate::sketch::BloomFilter>(&st.tags, Part::Bloom, tag, b)?
+                    {
+                        add(&f);
+                    }
+                }
+            }
+        }
+        out.false_positive_rate = 1.0 - all_clear;
+        out.all_exact = read > 0 && exact == read;
+        Ok(out)
     }
 
     /// "How often does `item` occur?" from the merged Count-Min.
     pub fn frequency(&self, slice: &Slice, range: &TimeRange, item: &str) -> Result<Frequency> {
         let merged = self.merged_countmin(slice, range)?;
-        let sha = ShaWords::of(item.as_bytes());
         Ok(match merged.sketch {
             Some(c) => Frequency {
-                estimate: c.count(&sha),
+                estimate: c.count(item.as_bytes()),
+                exact: c.is_exact(),
                 bound: c.error_bound(),
                 delta: c.delta(),
                 total: c.total(),
@@ -465,6 +476,7 @@ impl Store {
             },
             None => Frequency {
                 estimate: 0,
+                exact: false,
                 bound: 0.0,
                 delta: self.config.sketches.cms_delta,
                 total: 0,

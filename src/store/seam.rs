@@ -4,12 +4,24 @@
 //! (sled has panicked on a missing blob file) becomes [`EngineError::Panicked`] and leaves the
 //! seam failed, so every later call is an error ("reopen the store") instead of a second panic
 //! or a read of half-updated engine state; and the translation of [`EngineError`] into
-//! [`StoreError::Engine`] with the engine's location.
+//! [`StoreError::Engine`] with the engine's location; and the splitting of values over
+//! [`VALUE_MAX`] into chunks, so that no value the engine stores is large enough for sled to put
+//! it in a blob file (which it never fsyncs and never reclaims).
 //!
-//! Must not: know keys or kinds (it passes bytes), or hold any state but "failed, and why".
+//! A large value is stored as chunks of at most [`VALUE_MAX`] bytes under `keys::chunk(key, i)`
+//! and a 16-byte manifest under `key` (a magic that no codec frame or UTF-8 text starts with,
+//! the chunk count and the total length). [`Seam::get`] and [`Seam::range`] put it back
+//! together; [`Seam::put`] and [`Seam::delete`] remove the chunks a shorter or deleted value no
+//! longer uses, in the same batch. A missing or damaged chunk is not an error here: the
+//! reassembled bytes are short or wrong, and the caller's decode, which knows what the value
+//! is, reports it by name (every value the store writes is a checksummed codec frame).
+//!
+//! Must not: know what the values mean or the kinds' layout beyond the chunk keys, or hold any
+//! state but "failed, and why".
 
-use super::engine::{panic_message, Engine, EngineError, Entry, WriteBatch};
+use super::engine::{panic_message, Engine, EngineError, Entry, WriteBatch, VALUE_MAX};
 use super::error::StoreError;
+use super::keys;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -77,18 +89,94 @@ impl Seam {
         }
     }
 
-    /// [`WriteBatch::put`] with the error as the store reports it.
+    /// Adds `key` = `value` to `batch`: inline up to [`VALUE_MAX`], as chunks and a manifest
+    /// above it, removing chunks of the value it replaces that it does not overwrite.
     pub(crate) fn put(
         &self,
         batch: &mut WriteBatch,
         key: impl Into<Vec<u8>>,
         value: Vec<u8>,
     ) -> Result<(), StoreError> {
-        batch.put(key, value).map_err(|e| self.err(e))
+        let key = key.into();
+        let old_chunks = self.stored_chunks(&key)?;
+        let new_chunks = if value.len() <= VALUE_MAX {
+            batch.put(key.clone(), value).map_err(|e| self.err(e))?;
+            0
+        } else {
+            let mut count = 0u32;
+            for (i, chunk) in value.chunks(VALUE_MAX).enumerate() {
+                let i = u32::try_from(i).map_err(|_| {
+                    self.err(EngineError::ValueTooLarge {
+                        key: key.clone(),
+                        len: value.len(),
+                        max: VALUE_MAX * u32::MAX as usize,
+                    })
+                })?;
+                batch
+                    .put(keys::chunk(&key, i), chunk.to_vec())
+                    .map_err(|e| self.err(e))?;
+                count = i + 1;
+            }
+            let manifest = Manifest {
+                count,
+                len: value.len() as u64,
+            };
+            batch
+                .put(key.clone(), manifest.encode().to_vec())
+                .map_err(|e| self.err(e))?;
+            count
+        };
+        for i in new_chunks..old_chunks {
+            batch.delete(keys::chunk(&key, i));
+        }
+        Ok(())
     }
 
+    /// Adds the removal of `key`, and of its chunks if it has any, to `batch`.
+    pub(crate) fn delete(
+        &self,
+        batch: &mut WriteBatch,
+        key: impl Into<Vec<u8>>,
+    ) -> Result<(), StoreError> {
+        let key = key.into();
+        for i in 0..self.stored_chunks(&key)? {
+            batch.delete(keys::chunk(&key, i));
+        }
+        batch.delete(key);
+        Ok(())
+    }
+
+    /// How many chunks the value stored under `key` has (0: inline or absent).
+    fn stored_chunks(&self, key: &[u8]) -> Result<u32, StoreError> {
+        let raw = self.guard("get", |e| e.get(key))?;
+        Ok(raw
+            .as_deref()
+            .and_then(Manifest::decode)
+            .map_or(0, |m| m.count))
+    }
+
+    /// The value under `key`, put back together if it was stored in chunks.
     pub(crate) fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        self.guard("get", |e| e.get(key))
+        match self.guard("get", |e| e.get(key))? {
+            Some(raw) => self.whole(key, raw).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// `raw`, the stored value of `key`, or the value its manifest describes.
+    fn whole(&self, key: &[u8], raw: Vec<u8>) -> Result<Vec<u8>, StoreError> {
+        let Some(manifest) = Manifest::decode(&raw) else {
+            return Ok(raw);
+        };
+        // Bounded by what the manifest claims, but never trusting it for more than the chunks
+        // that are there: a damaged count cannot make this allocate past the stored bytes.
+        let mut value = Vec::with_capacity(manifest.len.min(VALUE_MAX as u64 * 64) as usize);
+        for i in 0..manifest.count {
+            if let Some(chunk) = self.guard("get", |e| e.get(&keys::chunk(key, i)))? {
+                value.extend_from_slice(&chunk);
+            }
+        }
+        Ok(value)
     }
 
     /// Entries with `start <= key < end`, each step guarded; an error ends the iteration.
@@ -107,7 +195,13 @@ impl Seam {
             }
             let current = it.as_mut()?;
             match self.guard("range", |_| current.next().transpose()) {
-                Ok(Some(entry)) => Some(Ok(entry)),
+                Ok(Some((key, raw))) => match self.whole(&key, raw) {
+                    Ok(value) => Some(Ok((key, value))),
+                    Err(e) => {
+                        it = None;
+                        Some(Err(e))
+                    }
+                },
                 Ok(None) => {
                     it = None;
                     None
@@ -146,6 +240,37 @@ impl Seam {
 
     pub(crate) fn disk_bytes(&self) -> Result<u64, StoreError> {
         self.guard("disk_bytes", |e| e.disk_bytes())
+    }
+}
+
+/// What the key of a value stored in chunks holds instead of the value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Manifest {
+    count: u32,
+    len: u64,
+}
+
+impl Manifest {
+    /// Not UTF-8 (0xff) and not a codec frame's "SKDB", so no inline value is read as one.
+    const MAGIC: [u8; 4] = [0xff, b'S', b'K', b'C'];
+    const LEN: usize = 16;
+
+    fn encode(self) -> [u8; Self::LEN] {
+        let mut out = [0u8; Self::LEN];
+        out[..4].copy_from_slice(&Self::MAGIC);
+        out[4..8].copy_from_slice(&self.count.to_le_bytes());
+        out[8..].copy_from_slice(&self.len.to_le_bytes());
+        out
+    }
+
+    fn decode(raw: &[u8]) -> Option<Manifest> {
+        if raw.len() != Self::LEN || raw[..4] != Self::MAGIC {
+            return None;
+        }
+        Some(Manifest {
+            count: u32::from_le_bytes(raw[4..8].try_into().ok()?),
+            len: u64::from_le_bytes(raw[8..].try_into().ok()?),
+        })
     }
 }
 
@@ -225,6 +350,97 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    /// A value of `len` bytes that differs at every position mod 251, so a chunk in the wrong
+    /// place or a lost one shows.
+    fn big(len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i % 251) as u8).collect()
+    }
+
+    fn keys_with(mem: &MemEngine, prefix: u8) -> Vec<Vec<u8>> {
+        mem.range(&[prefix], Some(&[prefix + 1]))
+            .map(|e| e.expect("scan").0)
+            .collect()
+    }
+
+    fn write(seam: &Seam, key: &[u8], value: Option<Vec<u8>>) {
+        let mut batch = WriteBatch::default();
+        match value {
+            Some(v) => seam.put(&mut batch, key.to_vec(), v).expect("put"),
+            None => seam.delete(&mut batch, key.to_vec()).expect("delete"),
+        }
+        for (_, v) in batch.ops() {
+            assert!(v.as_ref().map_or(0, Vec::len) <= VALUE_MAX);
+        }
+        seam.apply(batch).expect("apply");
+    }
+
+    #[test]
+    fn a_value_over_the_limit_is_stored_in_chunks_and_read_back_whole() {
+        let (mem, seam) = seam_with(b"k");
+        // 3 full chunks and a partial one; and one exactly at the limit, which stays inline.
+        let value = big(3 * VALUE_MAX + 17);
+        write(&seam, b"Sbig", Some(value.clone()));
+        write(&seam, b"Sedge", Some(big(VALUE_MAX)));
+        assert_eq!(seam.get(b"Sbig").expect("get"), Some(value.clone()));
+        assert_eq!(keys_with(&mem, keys::CHUNK).len(), 4);
+        assert_eq!(
+            mem.get(b"Sbig").expect("raw").map(|v| v.len()),
+            Some(Manifest::LEN)
+        );
+        assert_eq!(mem.get(b"Sedge").expect("raw"), Some(big(VALUE_MAX)));
+        let scanned: Vec<_> = seam.prefix(b"S").collect::<Result<_, _>>().expect("scan");
+        assert_eq!(
+            scanned,
+            vec![
+                (b"Sbig".to_vec(), value),
+                (b"Sedge".to_vec(), big(VALUE_MAX))
+            ]
+        );
+    }
+
+    #[test]
+    fn a_shorter_value_and_a_delete_leave_no_chunk_behind() {
+        let (mem, seam) = seam_with(b"k");
+        write(&seam, b"Sa", Some(big(5 * VALUE_MAX)));
+        write(&seam, b"Sab", Some(big(2 * VALUE_MAX + 1)));
+        assert_eq!(keys_with(&mem, keys::CHUNK).len(), 8);
+        write(&seam, b"Sa", Some(big(VALUE_MAX + 1)));
+        assert_eq!(seam.get(b"Sa").expect("get"), Some(big(VALUE_MAX + 1)));
+        assert_eq!(keys_with(&mem, keys::CHUNK).len(), 2 + 3);
+        write(&seam, b"Sa", Some(b"small".to_vec()));
+        assert_eq!(keys_with(&mem, keys::CHUNK).len(), 3, "only Sab's");
+        write(&seam, b"Sab", None);
+        assert!(keys_with(&mem, keys::CHUNK).is_empty());
+        assert_eq!(seam.get(b"Sab").expect("get"), None);
+        // The neighbour whose key extends this one's was never touched.
+        assert_eq!(seam.get(b"Sa").expect("get"), Some(b"small".to_vec()));
+    }
+
+    #[test]
+    fn a_lost_chunk_reads_back_short_for_the_callers_checksum_to_catch() {
+        let (mem, seam) = seam_with(b"k");
+        let value = big(3 * VALUE_MAX);
+        write(&seam, b"Sv", Some(value.clone()));
+        let mut batch = WriteBatch::default();
+        batch.delete(keys::chunk(b"Sv", 1));
+        mem.apply(batch).expect("apply");
+        let read = seam.get(b"Sv").expect("get").expect("present");
+        assert_eq!(read.len(), 2 * VALUE_MAX);
+        assert_ne!(read, value);
+    }
+
+    #[test]
+    fn the_batch_refuses_a_value_over_the_limit() {
+        let mut batch = WriteBatch::default();
+        batch
+            .put(b"k".to_vec(), big(VALUE_MAX))
+            .expect("at the limit");
+        let err = batch
+            .put(b"k".to_vec(), big(VALUE_MAX + 1))
+            .expect_err("over it");
+        assert!(matches!(err, EngineError::ValueTooLarge { len, .. } if len == VALUE_MAX + 1));
     }
 
     #[test]

@@ -61,8 +61,11 @@ pub(crate) fn entries(store: &Store, prefix: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
 pub(crate) fn poke(store: &Store, key: &[u8], value: Option<Vec<u8>>) {
     let mut batch = WriteBatch::default();
     match value {
-        Some(v) => batch.put(key.to_vec(), v).expect("put"),
-        None => batch.delete(key.to_vec()),
+        Some(v) => store.engine.put(&mut batch, key.to_vec(), v).expect("put"),
+        None => store
+            .engine
+            .delete(&mut batch, key.to_vec())
+            .expect("delete"),
     }
     store.engine.apply(batch).expect("apply");
     store.engine.sync().expect("sync");

@@ -1,12 +1,11 @@
 //! The storage seam: the few operations the store needs from a key-value engine.
 //!
-//! Owns: [`Engine`] (ordered keys, atomic batches, an explicit sync), [`WriteBatch`] (where
-//! the bound on one value, [`VALUE_MAX`], is to be enforced; see there for why not yet) and
+//! Owns: [`Engine`] (ordered keys, atomic batches, an explicit sync), [`WriteBatch`] (which
+//! refuses any value over [`VALUE_MAX`]) and
 //! [`EngineError`]. The store calls an engine only through `store::seam`, which catches the
-//! engine's panics.
+//! engine's panics and splits larger values into chunks.
 //!
-//! Must not: know keys, kinds or what the values mean, or the store's errors. Splitting a
-//! large value into chunks is the caller's business (`sets`, `logio`).
+//! Must not: know keys, kinds or what the values mean, or the store's errors.
 //!
 //! Two engines implement the trait: [`sled::SledEngine`], the one on disk (the only file that
 //! names sled), and [`mem::MemEngine`], an in-memory engine with a durable and a volatile view
@@ -17,10 +16,8 @@ pub mod sled;
 
 use std::path::{Path, PathBuf};
 
-/// The largest value the store is to write (64 KiB). NOT YET ENFORCED: sketch sets are still
-/// stored as one value per family (a default Bloom filter is 1.2 MB), so refusing larger values
-/// must wait for chunked sets (issue 12, requirement 2); today's bound is
-/// `model::MAX_SKETCH_BLOB`, checked by `Config::validate`. Why 64 KiB: sled 0.34 moves any log message over
+/// The largest value the store writes (64 KiB); `store::seam` stores larger ones as chunks of
+/// this size and [`WriteBatch::put`] refuses anything over it. Why 64 KiB: sled 0.34 moves any log message over
 /// `segment_size / 4` into a blob file that it never fsyncs and never reclaims; a leaf node
 /// holds at most 16 entries before it splits, plus up to 10 deltas before it is consolidated, so
 /// a consolidated node stays under about 27 × (value + key) ≈ 1.8 MiB, well below the 4 MiB
@@ -73,11 +70,17 @@ pub struct WriteBatch {
 }
 
 impl WriteBatch {
-    /// Sets `key` to `value`. Fallible because this is where a value over [`VALUE_MAX`] will be
-    /// refused (an error, not an assert: a bug must not write a blob the engine would not
-    /// sync) once sets are chunked; until then it always succeeds.
+    /// Sets `key` to `value`, refusing a value over [`VALUE_MAX`] (an error, not an assert: a
+    /// bug must not write a value the engine would put in a file it never syncs).
     pub fn put(&mut self, key: impl Into<Vec<u8>>, value: Vec<u8>) -> Result<(), EngineError> {
         let key = key.into();
+        if value.len() > VALUE_MAX {
+            return Err(EngineError::ValueTooLarge {
+                len: value.len(),
+                max: VALUE_MAX,
+                key,
+            });
+        }
         self.bytes += key.len() + value.len();
         self.ops.push((key, Some(value)));
         Ok(())

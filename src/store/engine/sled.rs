@@ -71,7 +71,25 @@ impl SledEngine {
         if let Some(existing) = Self::open(dir)? {
             return Ok(existing);
         }
+        // The directories made here are entries in their parents, which the engine's `sync`
+        // (the store directory and below) never fsyncs: without this, a power cut after
+        // `init` reported success could lose the store directory itself.
+        let mut made = Vec::new();
+        let mut missing = Some(dir);
+        while let Some(d) = missing.filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+            made.push(d);
+            missing = d.parent();
+        }
         std::fs::create_dir_all(dir).map_err(io("create the store directory"))?;
+        for d in made {
+            let parent = match d.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p,
+                _ => Path::new("."),
+            };
+            std::fs::File::open(parent)
+                .and_then(|f| f.sync_all())
+                .map_err(io("fsync the directory holding the store"))?;
+        }
         // sled's files first: a directory holding only the settings file would look foreign to
         // `sketchdb init`; without the file (a crash in between) the default cache is used.
         let engine = Self::open_with_cache(dir, cache_bytes)?;
