@@ -50,6 +50,11 @@ pub enum EngineError {
     Failed { reason: String },
     #[error("held by another process")]
     Locked,
+    /// The disk holding the store is full, or too full for the write to be safe (see
+    /// `SledEngine`'s free-space check): users must learn that it is the disk, not the store,
+    /// and that freeing space is the remedy.
+    #[error("no space left on device ({op}: {detail}); free space on the disk holding the store, then retry: what was acknowledged before is kept")]
+    NoSpace { op: &'static str, detail: String },
     #[error("{op}: {detail}")]
     Other { op: &'static str, detail: String },
     /// A failure injected by [`mem::MemEngine`] for tests.

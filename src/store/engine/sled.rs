@@ -1,9 +1,10 @@
 //! `SledEngine`: the store on disk, in sled 0.34. The only file that names sled.
 //!
 //! Owns: opening sled the way the store needs it (no background flushes, 16 MiB segments for
-//! new stores, a bounded page cache), the lock wait, mapping sled's errors (a lock held, damage
-//! with its file and offset), a sync that makes applied writes survive a power cut, and the
-//! store directory's size on disk.
+//! new stores, a bounded page cache, no unfinished snapshot left in its way), the lock wait,
+//! mapping sled's errors (a lock held, damage with its file and offset, a full disk), a sync
+//! that makes applied writes survive a power cut, the free-space check that keeps sled from
+//! meeting a full disk mid-write, and the store directory's size on disk.
 //!
 //! Must not: know keys, kinds or values. Panics inside sled are caught one level up, by the
 //! seam's guard around every call ([`super::Seam`]), and while opening, here.
@@ -12,6 +13,7 @@ use super::{panic_message, Engine, EngineError, Entries, Entry, WriteBatch};
 use crate::store::model::DEFAULT_ENGINE_CACHE_BYTES;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// sled segment size for new stores (sled's default is 512 KiB). sled 0.34 writes any log
@@ -32,10 +34,33 @@ const CACHE_FILE: &str = "sketchdb-engine";
 pub struct SledEngine {
     db: sled::Db,
     path: PathBuf,
+    /// sled's segment size for this store: the reserve a write must leave free.
+    segment: u64,
+    /// Why sled is not to write anything more: it failed a write or a flush. sled 0.34 does not
+    /// undo a batch that fails half-way: it cancels the batch's manifest, so the items already
+    /// in its log buffers are recovered as single writes once those buffers reach the disk.
+    /// Any later flush (its own on drop included) could make half a batch durable, and on a
+    /// failed buffer write that flush can also wait forever (measured on a full tmpfs).
+    broken: Mutex<Option<String>>,
 }
 
 fn io(op: &'static str) -> impl Fn(std::io::Error) -> EngineError {
-    move |source| EngineError::Io { op, source }
+    move |source| {
+        if source.kind() == std::io::ErrorKind::StorageFull {
+            EngineError::NoSpace {
+                op,
+                detail: source.to_string(),
+            }
+        } else {
+            EngineError::Io { op, source }
+        }
+    }
+}
+
+/// Whether `name` is a snapshot sled began and never finished (see
+/// [`SledEngine::remove_unfinished_snapshots`]).
+fn is_unfinished_snapshot(name: &str) -> bool {
+    name.starts_with("snap.") && name.ends_with(".generating")
 }
 
 impl SledEngine {
@@ -129,12 +154,47 @@ impl SledEngine {
         }
     }
 
+    /// Removes the snapshots sled started and never finished in `dir`.
+    ///
+    /// sled writes a snapshot to `snap.<lsn>.generating`, fsyncs it, and only then renames it to
+    /// `snap.<lsn>` and removes older snapshots; the rename is the commit. A `.generating` file
+    /// is therefore never the only record of anything: the previous snapshot and the log it
+    /// summarises are still there, exactly as after a crash before the file was created, which
+    /// sled recovers from. But sled 0.34 does not skip such a file when it picks the newest
+    /// snapshot at open: an empty or partial one (a full disk while sled snapshots, which it
+    /// does when it opens) makes it report damage and refuse the store for good. So the
+    /// leftovers go before sled sees the directory.
+    fn remove_unfinished_snapshots(dir: &Path) -> Result<(), EngineError> {
+        let entries = match std::fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(io("list the store's files")(e)),
+        };
+        for entry in entries {
+            let entry = entry.map_err(io("list the store's files"))?;
+            if entry
+                .file_name()
+                .to_str()
+                .is_some_and(is_unfinished_snapshot)
+            {
+                match std::fs::remove_file(entry.path()) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(io("remove an unfinished sled snapshot")(e)),
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn try_open(dir: &Path, cache_bytes: u64) -> Result<SledEngine, EngineError> {
+        Self::remove_unfinished_snapshots(dir)?;
+        let segment = Self::segment_size(dir);
         let config = sled::Config::new()
             .path(dir)
             // Durability is the store's to decide: nothing is synced behind its back.
             .flush_every_ms(None)
-            .segment_size(Self::segment_size(dir))
+            .segment_size(segment)
             .cache_capacity(cache_bytes);
         let opened = catch_unwind(AssertUnwindSafe(|| config.open())).map_err(|payload| {
             EngineError::Panicked {
@@ -146,6 +206,8 @@ impl SledEngine {
             Ok(db) => Ok(SledEngine {
                 db,
                 path: dir.to_path_buf(),
+                segment: segment as u64,
+                broken: Mutex::new(None),
             }),
             Err(sled::Error::Io(e))
                 if e.kind() == std::io::ErrorKind::WouldBlock || e.to_string().contains("lock") =>
@@ -158,6 +220,14 @@ impl SledEngine {
 
     fn map(dir: &Path, op: &'static str, e: sled::Error) -> EngineError {
         match e {
+            // sled clones its stored error, which keeps the kind but turns the text into the
+            // `Debug` form (`Os { code: 28, kind: StorageFull, .. }`), so the kind decides.
+            sled::Error::Io(source) if source.kind() == std::io::ErrorKind::StorageFull => {
+                EngineError::NoSpace {
+                    op,
+                    detail: "the disk filled up during sled's write".into(),
+                }
+            }
             sled::Error::Io(source) => EngineError::Io { op, source },
             sled::Error::Corruption { at, .. } => {
                 let (file, offset) = match at {
@@ -178,6 +248,59 @@ impl SledEngine {
 
     fn err(&self, op: &'static str) -> impl Fn(sled::Error) -> EngineError + '_ {
         move |e| Self::map(&self.path, op, e)
+    }
+
+    /// Like [`Self::err`] for a write or a flush: sled is not to write anything more.
+    fn write_err(&self, op: &'static str) -> impl Fn(sled::Error) -> EngineError + '_ {
+        move |e| {
+            let e = Self::map(&self.path, op, e);
+            self.set_broken(format!("{op} failed: {e}"));
+            e
+        }
+    }
+
+    fn set_broken(&self, reason: String) {
+        if let Ok(mut broken) = self.broken.lock() {
+            broken.get_or_insert(reason);
+        }
+    }
+
+    fn refuse_if_broken(&self) -> Result<(), EngineError> {
+        let reason = match self.broken.lock() {
+            Ok(broken) => broken.clone(),
+            Err(_) => Some("a panic while recording a failed write".into()),
+        };
+        match reason {
+            Some(reason) => Err(EngineError::Failed { reason }),
+            None => Ok(()),
+        }
+    }
+
+    /// Refuses a write of `bytes` unless the disk has room for it twice over plus a whole
+    /// segment. sled must not meet a full disk mid-write: it does not undo a half-applied
+    /// batch (see `broken`), and a failed log write can leave its flush waiting forever. Twice
+    /// the bytes covers the tree nodes sled rewrites around the new values; the segment covers
+    /// the log segment it may have to start. The check cannot see other writers to the same
+    /// disk; what slips past it is reported, and leaves the engine refusing writes.
+    fn check_space(&self, op: &'static str, bytes: usize) -> Result<(), EngineError> {
+        let needed = (bytes as u64)
+            .saturating_mul(2)
+            .saturating_add(self.segment);
+        let available =
+            fs2::available_space(&self.path).map_err(io("measure the disk's free space"))?;
+        if available < needed {
+            return Err(EngineError::NoSpace {
+                op,
+                detail: format!(
+                    "{} free on the store's disk, a write of {} needs {} (twice its size plus a {} segment)",
+                    mib(available),
+                    mib(bytes as u64),
+                    mib(needed),
+                    mib(self.segment)
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// Every file and directory under `dir`, directories after their contents.
@@ -236,6 +359,12 @@ impl Engine for SledEngine {
     }
 
     fn apply(&self, batch: WriteBatch) -> Result<(), EngineError> {
+        self.refuse_if_broken()?;
+        // Only deletions (orphan blocks after a failed import) are let through on a full disk:
+        // they are tiny, and half of them applied changes nothing anyone reads.
+        if batch.ops().iter().any(|(_, v)| v.is_some()) {
+            self.check_space("apply", batch.bytes())?;
+        }
         let mut b = sled::Batch::default();
         for (k, v) in batch.into_ops() {
             match v {
@@ -243,7 +372,7 @@ impl Engine for SledEngine {
                 None => b.remove(k),
             }
         }
-        self.db.apply_batch(b).map_err(self.err("apply"))
+        self.db.apply_batch(b).map_err(self.write_err("apply"))
     }
 
     /// sled's flush writes its buffers and waits for them with `sync_file_range`, which on Linux
@@ -251,7 +380,8 @@ impl Engine for SledEngine {
     /// files (a snapshot, a blob) and their directory entries are not synced at all. So after it,
     /// every file in the directory and the directory itself are fsynced.
     fn sync(&self) -> Result<(), EngineError> {
-        self.db.flush().map_err(self.err("flush"))?;
+        self.refuse_if_broken()?;
+        self.db.flush().map_err(self.write_err("flush"))?;
         let mut files = Vec::new();
         Self::files(&self.path, &mut files).map_err(io("list the store's files"))?;
         for (path, _) in files {
@@ -283,6 +413,23 @@ impl Engine for SledEngine {
     }
 }
 
+/// Bytes as MiB with one decimal, for messages.
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
+}
+
+impl Drop for SledEngine {
+    /// After a failed write sled is not let near the disk again: dropping the last handle would
+    /// run its flush (see `broken`), so one handle is leaked instead. Its threads and file lock
+    /// live until the process ends; a reopen in the same process then finds the store locked.
+    fn drop(&mut self) {
+        let broken = self.broken.lock().map_or(true, |b| b.is_some());
+        if broken {
+            std::mem::forget(self.db.clone());
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -308,5 +455,23 @@ mod tests {
         assert!(SledEngine::open(&old).expect("opens").is_some());
         let _ = std::fs::remove_dir_all(&dir);
         let _ = std::fs::remove_dir_all(&old);
+    }
+
+    #[test]
+    fn an_unfinished_snapshot_left_by_a_full_disk_does_not_stop_the_store_opening() {
+        let dir = crate::store::test_support::tempdir("unfinished-snapshot");
+        let store = crate::store::Store::create(&dir, crate::store::test_support::config())
+            .expect("create");
+        drop(store);
+        // What sled leaves when the disk fills while it snapshots at open: an empty file whose
+        // name sorts after every finished snapshot. sled alone reports it as damage.
+        let leftover = dir.join("snap.FFFFFFFFFFFFFFFF.generating");
+        std::fs::write(&leftover, b"").expect("plant");
+        let reopened = crate::store::Store::open(&dir).expect("opens");
+        assert!(!leftover.exists(), "the leftover is cleared");
+        drop(reopened);
+        assert!(is_unfinished_snapshot("snap.0000000000AE38DF.generating"));
+        assert!(!is_unfinished_snapshot("snap.0000000000AE38DF"));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
