@@ -393,10 +393,15 @@ fn a_damaged_log_block_is_named_and_repair_says_what_it_cannot_recover() {
 }
 
 #[test]
-fn check_and_repair_name_the_store_they_cannot_open() {
+fn check_and_repair_explain_themselves_and_name_the_store_they_cannot_open() {
     let dir = tempdir("none");
     let db = dir.join("nothing.db");
     for cmd in ["check", "repair"] {
+        let help = ok(&db, &[cmd, "--help"]);
+        assert!(
+            help.contains("Exit status") && help.contains(&format!("sketchdb --db tx.db {cmd}")),
+            "{help}"
+        );
         let out = run(&db, &[cmd]);
         assert_eq!(out.status.code(), Some(1));
         let stderr = text(&out.stderr);

@@ -28,7 +28,8 @@ with the structure made for each question, saying how wrong the answer may be.\n
 With no command it opens the REPL on the store.",
     after_help = "Examples:\n  sketchdb demo                                   build a demo store and run the cheat sheet\n  \
 sketchdb --db tx.db init\n  sketchdb gen stream-a | sketchdb --db tx.db ingest -\n  \
-sketchdb --db tx.db query \"DISTINCT wallets FROM ALL\"\n  sketchdb --db tx.db                             open the REPL"
+sketchdb --db tx.db query \"DISTINCT wallets FROM ALL\"\n  sketchdb --db tx.db                             open the REPL\n  \
+sketchdb --db tx.db check                       list damaged values (exit 1 if any)"
 )]
 struct Cli {
     /// The store directory [default: ./sketchdb.db; ./sketchdb-demo.db for demo]

@@ -567,7 +567,10 @@ impl Store {
                 }
                 _ => {}
             }
-            prev_end = Some(prev_end.map_or(info.end_seq(), |e| e.max(info.end_seq())));
+            // Saturating: an index entry is checksummed, but a check must not trust one to stay
+            // in range.
+            let end = info.first_seq.saturating_add(u64::from(info.count));
+            prev_end = Some(prev_end.map_or(end, |e| e.max(end)));
             let name = format!(
                 "log block at event {first} ({} events, {} to {})",
                 info.count,
@@ -600,7 +603,8 @@ impl Store {
             };
             // Counted only once the whole block has decoded, so a block that fails halfway
             // counts nothing.
-            let mut events: Vec<(u64, i64, Vec<u32>)> = Vec::with_capacity(info.count as usize);
+            let mut events: Vec<(u64, i64, Vec<u32>)> =
+                Vec::with_capacity((info.count as usize).min(log::BLOCK_EVENTS));
             let (mut min, mut max) = (i64::MAX, i64::MIN);
             let mut unknown_tag = None;
             let decoded = log::decode_block(&bytes, |ev| {
