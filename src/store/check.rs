@@ -173,9 +173,13 @@ struct Walk<'a> {
 
 impl Walk<'_> {
     fn add(&mut self, name: String, kind: kinds::Kind, detail: String, recovery: Recovery) {
+        self.add_named(name, kind.name, detail, recovery);
+    }
+
+    fn add_named(&mut self, name: String, kind: &'static str, detail: String, recovery: Recovery) {
         self.damaged.push(Damage {
             name,
-            kind: kind.name,
+            kind,
             part: None,
             bucket: None,
             tag: None,
@@ -283,6 +287,7 @@ impl Store {
         self.check_log(&mut w, st.checkpoint_pos, retained_from)?;
         self.check_set_totals(&mut w, retained_from);
         self.check_orphan_chunks(&mut w)?;
+        self.check_unknown_keys(&mut w)?;
         Ok(CheckReport {
             damaged: w.damaged,
             checked: w.checked,
@@ -820,6 +825,32 @@ from event {}",
         Ok(())
     }
 
+    /// Keys outside every kind of the registry: the walks above would never see them.
+    fn check_unknown_keys(&self, w: &mut Walk<'_>) -> Result<()> {
+        let mut prefixes: Vec<u8> = kinds::ALL.iter().map(|k| k.prefix).collect();
+        prefixes.sort_unstable();
+        let mut start: Vec<u8> = Vec::new();
+        for end in prefixes.iter().map(|&p| Some(vec![p])).chain([None]) {
+            for entry in self.engine.raw_range(&start, end.as_deref()) {
+                let (key, _) = entry?;
+                w.add_named(
+                    format!("value under key {key:02x?}"),
+                    "unknown",
+                    "not a kind this build writes".into(),
+                    Recovery::Unrecoverable {
+                        why: "unknown to this build; left as it is".into(),
+                    },
+                );
+            }
+            // The next gap starts after every key with this prefix.
+            match end.and_then(|e| super::seam::prefix_end(&e)) {
+                Some(next) => start = next,
+                None => break,
+            }
+        }
+        Ok(())
+    }
+
     /// Rebuilds every damaged or missing sketch set whose bucket's raw log is retained and
     /// intact, from an empty set through recovery's replay, and writes each in one atomic batch
     /// (all six parts and the header, at the current log position, replacing any stray parts
@@ -942,6 +973,13 @@ mod tests {
         assert_eq!(report.checked.parts, 18);
         let repair = store.repair().expect("repair");
         assert!(repair.rebuilt.is_empty() && repair.remaining.is_empty());
+        // A key of no known kind, before the first prefix, between two and after the last.
+        for key in [&b"0"[..], b"B", b"Z"] {
+            poke(&store, key, Some(b"?".to_vec()));
+        }
+        let report = store.check().expect("check");
+        let unknown: Vec<&str> = report.damaged.iter().map(|d| d.kind).collect();
+        assert_eq!(unknown, ["unknown"; 3], "{:?}", report.damaged);
         drop(store);
         let _ = std::fs::remove_dir_all(&dir);
     }
