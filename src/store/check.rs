@@ -947,7 +947,7 @@ from event {}",
 mod tests {
     use super::*;
     use crate::store::test_support::*;
-    use crate::store::{Slice, TimeRange};
+    use crate::store::{Config, Slice, TimeRange};
 
     const DAY0: i64 = 1_764_547_200_000;
 
@@ -1060,6 +1060,55 @@ mod tests {
             ) && l.contains("cannot be recovered")),
             "{lines:#?}"
         );
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_set_older_than_the_retained_log_is_unrecoverable_and_the_expired_gap_is_no_damage() {
+        let dir = tempdir("check-retention");
+        let cfg = Config {
+            retention_ms: Some(3 * crate::store::model::DAY_MS),
+            ..config()
+        };
+        let store = Store::create(&dir, cfg).expect("create");
+        store.ingest_batch(&events(0, 100)).expect("ingest");
+        store.checkpoint().expect("checkpoint");
+        let later = DAY0 + 10 * crate::store::model::DAY_MS;
+        let new: Vec<Event> = events(100, 100)
+            .into_iter()
+            .map(|e| Event {
+                time: later + e.time - DAY0,
+                ..e
+            })
+            .collect();
+        store.ingest_batch(&new).expect("ingest");
+        store.checkpoint().expect("checkpoint");
+        // The first block is gone; the second, written by that checkpoint, survives one more.
+        store.ingest_batch(&new[..1]).expect("ingest");
+        store.checkpoint().expect("checkpoint");
+        let (l, _) = block_keys(&store);
+        assert!(!l.contains(&0), "the old block was expired: {l:?}");
+        assert!(store.check().expect("check").is_clean());
+        for (tag, bucket) in [(1, DAY0), (1, later)] {
+            poke(
+                &store,
+                &keys::sketch(Part::Hll, tag, bucket),
+                Some(b"x".to_vec()),
+            );
+        }
+        let report = store.check().expect("check");
+        let lines: Vec<String> = report.damaged.iter().map(|d| d.to_string()).collect();
+        assert_eq!(lines.len(), 2, "{lines:#?}");
+        assert!(
+            lines[0].starts_with("hll sketch of bucket 2025-12-01, chain:a")
+                && lines[0].contains("cannot be recovered: the raw log is kept only from"),
+            "{lines:#?}"
+        );
+        assert!(lines[1].contains("repair rebuilds it"), "{lines:#?}");
+        let repair = store.repair().expect("repair");
+        assert_eq!(repair.rebuilt.len(), 1);
+        assert_eq!(repair.remaining.len(), 1);
         drop(store);
         let _ = std::fs::remove_dir_all(&dir);
     }
