@@ -393,6 +393,60 @@ fn a_damaged_log_block_is_named_and_repair_says_what_it_cannot_recover() {
 }
 
 #[test]
+fn a_store_that_damage_keeps_from_opening_is_still_checked_in_full() {
+    let dir = tempdir("unopenable");
+    let files = write_days(&dir, 2, None);
+    let db = dir.join("damaged.db");
+    build(&db, &files);
+    {
+        let e = engine(&db);
+        let tag = keys::tag(CHAIN_B);
+        let value = e.get(&tag).expect("get").expect("tag stored");
+        let hll = keys::sketch(keys::Part::Hll, CHAIN_A, T0 + DAY);
+        let v = e.get(&hll).expect("get").expect("stored");
+        apply(&e, |b| {
+            b.put(tag.to_vec(), flipped(value)).expect("put");
+            b.put(keys::ALL_TIME.to_vec(), b"garbage".to_vec())
+                .expect("put");
+            b.put(hll.to_vec(), flipped(v)).expect("put");
+        });
+    }
+    let out = run(&db, &["check"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = text(&out.stdout);
+    let lines = damaged_lines(&stdout);
+    assert_eq!(lines.len(), 4, "{stdout}");
+    assert!(
+        lines[0].starts_with(&format!(
+            "damaged: {}: cannot be opened: damaged tag dictionary entry",
+            db.display()
+        )),
+        "{stdout}"
+    );
+    line_starting(&lines, "damaged: tag dictionary entry 2: ");
+    line_starting(&lines, "damaged: all-time bloom filter: ");
+    let hll = line_starting(
+        &lines,
+        "damaged: hll sketch of bucket 2026-12-02, chain:a: ",
+    );
+    assert!(
+        hll.contains("repair cannot run while the store does not open"),
+        "{hll}"
+    );
+    let out = run(&db, &["repair"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "cannot repair {}: damaged tag dictionary entry",
+            db.display()
+        )),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn check_and_repair_explain_themselves_and_name_the_store_they_cannot_open() {
     let dir = tempdir("none");
     let db = dir.join("nothing.db");

@@ -424,8 +424,19 @@ fn print_json(value: &serde_json::Value) -> Outcome {
 }
 
 fn check_cmd(path: &Path, a: CheckArgs) -> Outcome {
-    let store = open_to(path, "check")?;
-    let report = store.check()?;
+    if !path.exists() {
+        open_to(path, "check")?;
+    }
+    // A store that damage keeps from opening is still walked, so every damaged value is listed.
+    let report = Store::check_dir(path).map_err(|e| {
+        let shown = path.display().to_string();
+        let e = e.to_string();
+        if e.contains(&shown) {
+            Failure(format!("cannot check: {e}"))
+        } else {
+            Failure(format!("cannot check {shown}: {e}"))
+        }
+    })?;
     let shown = path.display();
     if a.json {
         print_json(&serde_json::json!({

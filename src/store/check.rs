@@ -13,15 +13,28 @@
 //! what the walk keeps is a few numbers per stored set and per log block.
 
 use super::checkpoint::Checkpoint;
-use super::error::Result;
+use super::error::{Result, StoreError};
 use super::keys::{self, Part};
+use super::seam::Seam;
 use super::sets::{AllTime, SetHeader};
 use super::state::{Active, State, TagDict};
+use super::SledEngine;
 use super::{codec, kinds, log, Event, Store, WriteBatch, FORMAT_VERSION};
 use crate::sketch::{BloomFilter, CountMin, HyperLogLog, Reservoir, Sketch, Theta};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::path::Path;
+use std::sync::atomic::AtomicU64;
+use std::sync::Mutex;
+
+/// A copy of an open error to return in place of a later one (errors are not `Clone`).
+fn open_error_clone(e: &StoreError) -> StoreError {
+    StoreError::DamagedLog {
+        name: "store".into(),
+        detail: e.to_string(),
+    }
+}
 
 /// What can be done about a damaged value.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -257,6 +270,124 @@ impl Store {
             }
         }
         Ok(Ok(value))
+    }
+
+    /// Checks the store at `dir`, also when damage keeps it from opening (a damaged tag
+    /// dictionary entry, all-time filter, or a set that replay needs): then every value is still
+    /// walked, and the failed open is the first finding. A store that opens is checked as by
+    /// [`Store::check`]. Errors that are not damage (no store, locked, another format) are
+    /// returned as they are.
+    pub fn check_dir(dir: impl AsRef<Path>) -> Result<CheckReport> {
+        let path = dir.as_ref();
+        let open_error = match Store::open(path) {
+            Ok(store) => return store.check(),
+            Err(e @ (StoreError::Damaged { .. } | StoreError::DamagedLog { .. })) => e,
+            Err(e) => return Err(e),
+        };
+        let engine = match SledEngine::open(path) {
+            Ok(Some(engine)) => Seam::new(Box::new(engine)),
+            Ok(None) => return Err(open_error),
+            Err(_) => return Err(open_error),
+        };
+        // Without the configuration no value can be named or decoded.
+        let config = Self::read_config(&engine).map_err(|_| open_error_clone(&open_error))?;
+        let mut tags = TagDict::default();
+        for entry in engine.prefix(&[keys::TAG]) {
+            let Ok((key, value)) = entry else { break };
+            let Some(id) = key
+                .get(1..5)
+                .filter(|_| key.len() == 5)
+                .and_then(|b| b.try_into().ok())
+                .map(u32::from_be_bytes)
+            else {
+                continue;
+            };
+            // Ids are positions: a damaged or missing entry keeps its place, named as such, so
+            // the ids after it still name their own tags.
+            while (tags.names.len() as u32) + 1 < id {
+                let missing = tags.names.len() + 1;
+                tags.intern(&format!(
+                    "tag id {missing} (its dictionary entry is damaged)"
+                ));
+            }
+            match codec::decode::<String>(kinds::TAG.blob, &value) {
+                Ok(name) if (tags.names.len() as u32) + 1 == id && tags.id(&name).is_none() => {
+                    tags.intern(&name);
+                }
+                _ if (tags.names.len() as u32) + 1 == id => {
+                    tags.intern(&format!("tag id {id} (its dictionary entry is damaged)"));
+                }
+                _ => {}
+            }
+        }
+        let checkpoint_pos = Self::read_meta::<Checkpoint>(&engine, "checkpoint")
+            .ok()
+            .flatten()
+            .map_or(0, |c| c.log_pos);
+        let state = State {
+            tags,
+            next_seq: 0,
+            sealed: Vec::new(),
+            unindexed: Vec::new(),
+            open_block: log::BlockBuilder::new(0),
+            sets: Default::default(),
+            all_time: Self::new_all_time(&config)?,
+            all_time_pos: 0,
+            checkpoint_pos,
+            since_checkpoint: 0,
+            clock: 0,
+            modified: Default::default(),
+            cache: super::ops::Cache::new(0),
+            newest: None,
+            deferred_error: None,
+            log_retained_from: None,
+            importing: false,
+            broken: None,
+        };
+        let store = Store {
+            path: path.to_path_buf(),
+            engine,
+            config,
+            state: Mutex::new(state),
+            importer: AtomicU64::new(0),
+            sample_seed: std::sync::OnceLock::new(),
+        };
+        let mut st = store.lock()?;
+        let mut report = store.check_locked(&st);
+        // This state was never recovered: nothing may be written from it, the drop's
+        // checkpoint included.
+        st.broken = Some("opened for a check only".into());
+        drop(st);
+        if let Ok(report) = &mut report {
+            for d in &mut report.damaged {
+                if !matches!(d.recovery, Recovery::Unrecoverable { .. }) {
+                    d.recovery = Recovery::Unrecoverable {
+                        why: "repair cannot run while the store does not open (see the first \
+line); the raw log could then rebuild it"
+                            .into(),
+                    };
+                }
+            }
+            report.damaged.insert(
+                0,
+                Damage {
+                    name: path.display().to_string(),
+                    kind: "store",
+                    part: None,
+                    bucket: None,
+                    tag: None,
+                    detail: format!("cannot be opened: {open_error}"),
+                    recovery: Recovery::Unrecoverable {
+                        why: "repair needs a store that opens; the damage that stops it is \
+listed here"
+                            .into(),
+                    },
+                    set: None,
+                    key: Vec::new(),
+                },
+            );
+        }
+        report
     }
 
     /// Reads every stored value and the log, and lists what is damaged: metadata, the tag
