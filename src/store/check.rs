@@ -1,12 +1,14 @@
 //! Checking and repairing a store: [`Store::check`] reads every stored value by kind and names
 //! each damaged one as a user reads it (bucket, tag, kind), with whether the raw log can restore
-//! it; [`Store::repair`] rebuilds the damaged sketch sets that the log can restore.
+//! it; [`Store::check_dir`] does the same for a store that damage keeps from opening;
+//! [`Store::repair`] rebuilds the damaged sketch sets that the log can restore.
 //!
 //! Owns: the list of what can be wrong with each stored kind, and the rule for when a set is
 //! recoverable (its tag is known, the raw log of its bucket is retained, and no damaged or
 //! missing log block may hold its events).
 //!
-//! Must not: change anything during a check; decode values any other way than the readers of
+//! Must not: change anything during a check (beyond what opening a store does; a store that
+//! does not open is walked from a state marked broken, so nothing is written); decode values any other way than the readers of
 //! their kinds do; rebuild a set by any path but recovery's (`replay_into`) or write one by any
 //! path but a checkpoint's (`put_set`), so that a repaired set is what recovery would have made.
 //! Values are read one at a time (a chunked value is put together only while it is checked);
