@@ -28,7 +28,8 @@ with the structure made for each question, saying how wrong the answer may be.\n
 With no command it opens the REPL on the store.",
     after_help = "Examples:\n  sketchdb demo                                   build a demo store and run the cheat sheet\n  \
 sketchdb --db tx.db init\n  sketchdb gen stream-a | sketchdb --db tx.db ingest -\n  \
-sketchdb --db tx.db query \"DISTINCT wallets FROM ALL\"\n  sketchdb --db tx.db                             open the REPL"
+sketchdb --db tx.db query \"DISTINCT wallets FROM ALL\"\n  sketchdb --db tx.db                             open the REPL\n  \
+sketchdb --db tx.db check                       list damaged values (exit 1 if any)"
 )]
 struct Cli {
     /// The store directory [default: ./sketchdb.db; ./sketchdb-demo.db for demo]
@@ -74,6 +75,27 @@ sketchdb gen chains --days 30 --date 2026-11-01 > month.jsonl\n  \
 sketchdb gen chains --events-per-day 1000 --time-format ms | sketchdb --db tx.db ingest -"
     )]
     Gen(GenArgs),
+    /// Verify every stored value and the raw log, and list what is damaged
+    #[command(
+        long_about = "Reads every value the store holds (metadata, the tag dictionary, each log block against its \
+index entry, each part of each sketch set, the chunks of large values, the all-time filter) and \
+lists each damaged one on a line of its own, named by bucket, tag and kind, with whether \
+`sketchdb repair` can rebuild it from the raw log. Changes nothing.\n\n\
+Exit status: 0 when the store is clean, 1 when anything is damaged or the store cannot be opened.",
+        after_help = "Examples:\n  sketchdb --db tx.db check\n  \
+sketchdb --db tx.db check --json | jq '.damaged[] | .name'"
+    )]
+    Check(CheckArgs),
+    /// Rebuild damaged sketch sets from the raw log, and report what cannot be recovered
+    #[command(
+        long_about = "Rebuilds every damaged or missing sketch set whose bucket's raw events are still in the log \
+(not expired by retention, no damaged log block among them), each set written whole in one \
+atomic batch; deletes chunks no value uses; leaves everything else as it is. Then checks \
+again and lists what cannot be recovered.\n\n\
+Exit status: 0 when the store is clean afterwards, 1 when damage remains.",
+        after_help = "Example:\n  sketchdb --db tx.db check || sketchdb --db tx.db repair"
+    )]
+    Repair(CheckArgs),
     /// Build a demo store, ingest the reference's streams and run its cheat sheet as queries
     #[command(
         after_help = "Examples:\n  sketchdb demo                 (store in ./sketchdb-demo.db, replaced on each run)\n  \
@@ -183,6 +205,13 @@ struct QueryArgs {
     /// Seed for SAMPLE, for reproducible samples
     #[arg(long, value_name = "N")]
     seed: Option<u64>,
+}
+
+#[derive(Args)]
+struct CheckArgs {
+    /// One JSON object: the damaged values, what was read (and, for repair, what was done)
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -316,6 +345,8 @@ fn run(cli: Cli) -> Outcome {
         Some(Command::Ingest(a)) => ingest_cmd(&db(), a),
         Some(Command::Query(a)) => query(&db(), a),
         Some(Command::Gen(a)) => gen_cmd(a),
+        Some(Command::Check(a)) => check_cmd(&db(), a),
+        Some(Command::Repair(a)) => repair_cmd(&db(), a),
         Some(Command::Demo(a)) => {
             let path = cli.db.clone().unwrap_or_else(|| PathBuf::from(DEMO_DB));
             let stdout = std::io::stdout();
@@ -365,6 +396,135 @@ fn open(path: &Path) -> Result<Store, Failure> {
         )));
     }
     Ok(Store::open(path)?)
+}
+
+/// Opens a store for `check` or `repair`; an error says which store and what it was for.
+fn open_to(path: &Path, what: &str) -> Result<Store, Failure> {
+    open(path).map_err(|Failure(e)| {
+        let shown = path.display().to_string();
+        if e.contains(&shown) {
+            Failure(format!("cannot {what}: {e}"))
+        } else {
+            Failure(format!("cannot {what} {shown}: {e}"))
+        }
+    })
+}
+
+fn checked_summary(c: &sketchdb::store::Checked) -> String {
+    format!(
+        "checked {} metadata records, {} tags, {} log blocks ({} events), {} sketch sets ({} \
+parts), {} chunks",
+        c.metadata, c.tags, c.log_blocks, c.events, c.sets, c.parts, c.chunks
+    )
+}
+
+fn print_json(value: &serde_json::Value) -> Outcome {
+    let mut out = std::io::stdout().lock();
+    ignore_closed_pipe(writeln!(out, "{value}").map_err(|e| e.to_string()))
+}
+
+fn check_cmd(path: &Path, a: CheckArgs) -> Outcome {
+    if !path.exists() {
+        open_to(path, "check")?;
+    }
+    // A store that damage keeps from opening is still walked, so every damaged value is listed.
+    let report = Store::check_dir(path).map_err(|e| {
+        let shown = path.display().to_string();
+        let e = e.to_string();
+        if e.contains(&shown) {
+            Failure(format!("cannot check: {e}"))
+        } else {
+            Failure(format!("cannot check {shown}: {e}"))
+        }
+    })?;
+    let shown = path.display();
+    if a.json {
+        print_json(&serde_json::json!({
+            "store": shown.to_string(),
+            "clean": report.is_clean(),
+            "damaged": report.damaged,
+            "checked": report.checked,
+        }))?;
+    } else {
+        let mut out = std::io::stdout().lock();
+        for d in &report.damaged {
+            ignore_closed_pipe(writeln!(out, "damaged: {d}").map_err(|e| e.to_string()))?;
+        }
+        if report.is_clean() {
+            ignore_closed_pipe(
+                writeln!(out, "{shown}: clean; {}", checked_summary(&report.checked))
+                    .map_err(|e| e.to_string()),
+            )?;
+        }
+    }
+    if report.is_clean() {
+        return Ok(());
+    }
+    let n = report.damaged.len();
+    let fixable = report.repairable();
+    Err(Failure(format!(
+        "{shown}: {n} damaged value{} ({fixable} repairable with `sketchdb --db {shown} \
+repair`, {} not); {}",
+        if n == 1 { "" } else { "s" },
+        n - fixable,
+        checked_summary(&report.checked)
+    )))
+}
+
+fn repair_cmd(path: &Path, a: CheckArgs) -> Outcome {
+    let store = open_to(path, "repair")?;
+    let report = store.repair()?;
+    let shown = path.display();
+    if a.json {
+        print_json(&serde_json::json!({
+            "store": shown.to_string(),
+            "clean": report.remaining.is_empty(),
+            "rebuilt": report.rebuilt,
+            "removed": report.removed,
+            "remaining": report.remaining,
+        }))?;
+    } else {
+        let mut out = std::io::stdout().lock();
+        let lines = report
+            .rebuilt
+            .iter()
+            .map(|r| format!("rebuilt: {r}"))
+            .chain(report.removed.iter().map(|r| format!("removed: {r}")))
+            .chain(
+                report
+                    .remaining
+                    .iter()
+                    .map(|d| format!("not recovered: {d}")),
+            );
+        for line in lines {
+            ignore_closed_pipe(writeln!(out, "{line}").map_err(|e| e.to_string()))?;
+        }
+        if report.remaining.is_empty() {
+            let done = if report.rebuilt.is_empty() && report.removed.is_empty() {
+                "nothing to repair".to_string()
+            } else {
+                format!(
+                    "repaired: {} sets rebuilt, {} stray values removed",
+                    report.rebuilt.len(),
+                    report.removed.len()
+                )
+            };
+            ignore_closed_pipe(
+                writeln!(out, "{shown}: {done}; the store checks clean").map_err(|e| e.to_string()),
+            )?;
+        }
+    }
+    if report.remaining.is_empty() {
+        return Ok(());
+    }
+    let n = report.remaining.len();
+    Err(Failure(format!(
+        "{shown}: {} sets rebuilt, {} stray values removed; {n} damaged value{} cannot be \
+recovered (listed above)",
+        report.rebuilt.len(),
+        report.removed.len(),
+        if n == 1 { "" } else { "s" }
+    )))
 }
 
 fn init(path: &Path, a: InitArgs) -> Outcome {

@@ -8,10 +8,11 @@
 use super::engine::WriteBatch;
 use super::error::{Result, StoreError};
 use super::keys::{self, Part};
+use super::model::Event;
 use super::sets::{AllTime, SetHeader};
-use super::state::State;
+use super::state::{State, TagDict};
 use super::{codec, kinds, log, Store};
-use crate::sketch::{Sketch, SketchError};
+use crate::sketch::{Sketch, SketchError, SketchSet};
 use serde::{Deserialize, Serialize};
 
 /// The checkpoint record.
@@ -49,33 +50,9 @@ impl Store {
         let mut batch = WriteBatch::default();
         self.log_into(st, &mut batch)?;
         let pos = st.next_seq;
-        let encode_err =
-            |name: String| move |source: SketchError| StoreError::Damaged { name, source };
         let tags = &st.tags;
         for (&(tag, bucket), active) in st.sets.iter_mut().filter(|(_, a)| a.dirty) {
-            let name = |part: Part| self.blob_name(tags, part, tag, bucket);
-            let s = &active.set;
-            let encoded = [
-                (Part::Bloom, s.bloom.encode()),
-                (Part::Hll, s.hll.encode()),
-                (Part::Theta, s.theta.encode()),
-                (Part::CountMin, s.cms.encode()),
-                (Part::Reservoir, s.reservoir.encode()),
-            ];
-            for (part, blob) in encoded {
-                let blob = blob.map_err(encode_err(name(part)))?;
-                self.engine
-                    .put(&mut batch, keys::sketch(part, tag, bucket), blob)?;
-            }
-            let header = SetHeader {
-                events: s.events,
-                log_pos: pos,
-            };
-            self.engine.put(
-                &mut batch,
-                keys::sketch(Part::Header, tag, bucket),
-                Self::blob(&self.path, &header)?,
-            )?;
+            self.put_set(&mut batch, tags, tag, bucket, &active.set, pos)?;
         }
         let all_time = AllTime {
             bloom: st.all_time.clone(),
@@ -108,6 +85,45 @@ impl Store {
         st.since_checkpoint = 0;
         self.evict_over_budget(st);
         Ok(())
+    }
+
+    /// Adds a set's five parts and its header (`events`, and `pos`, the log position it
+    /// includes) to `batch`: what a checkpoint writes for a changed set and `repair` for a
+    /// rebuilt one.
+    pub(super) fn put_set(
+        &self,
+        batch: &mut WriteBatch,
+        tags: &TagDict,
+        tag: u32,
+        bucket: i64,
+        s: &SketchSet<Event>,
+        pos: u64,
+    ) -> Result<()> {
+        let name = |part: Part| self.blob_name(tags, part, tag, bucket);
+        let encoded = [
+            (Part::Bloom, s.bloom.encode()),
+            (Part::Hll, s.hll.encode()),
+            (Part::Theta, s.theta.encode()),
+            (Part::CountMin, s.cms.encode()),
+            (Part::Reservoir, s.reservoir.encode()),
+        ];
+        for (part, blob) in encoded {
+            let blob = blob.map_err(|source: SketchError| StoreError::Damaged {
+                name: name(part),
+                source,
+            })?;
+            self.engine
+                .put(batch, keys::sketch(part, tag, bucket), blob)?;
+        }
+        let header = SetHeader {
+            events: s.events,
+            log_pos: pos,
+        };
+        self.engine.put(
+            batch,
+            keys::sketch(Part::Header, tag, bucket),
+            Self::blob(&self.path, &header)?,
+        )
     }
 
     /// Evicts clean sets, least recently used first, while memory is over budget: down to half

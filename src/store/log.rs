@@ -488,7 +488,7 @@ pub fn decode_block<'a>(
         let extra_len = r.varint()? as usize;
         let extra = r.take(extra_len)?;
         each(&LogEvent {
-            seq: info.first_seq + i,
+            seq: info.first_seq.wrapping_add(i),
             time,
             item,
             tags,

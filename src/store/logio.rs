@@ -14,10 +14,12 @@ use super::state::{State, TagDict};
 use super::{codec, keys, kinds, log, Store};
 
 impl Store {
-    /// Calls `each` for every logged event in blocks that end after `from`.
-    pub(super) fn for_each_block_from(
+    /// Calls `each` for every logged event in the blocks whose index entries `wanted` accepts
+    /// (replay wants the blocks past a position, repair the ones overlapping its buckets; a
+    /// damaged block nobody wants is never read).
+    pub(super) fn for_each_block(
         &self,
-        from: u64,
+        wanted: impl Fn(&log::BlockInfo) -> bool,
         mut each: impl FnMut(&log::LogEvent<'_>, &TagDict),
         tags: &TagDict,
     ) -> Result<()> {
@@ -28,7 +30,7 @@ impl Store {
                 name: format!("log block index at event {first}"),
                 detail,
             })?;
-            if info.end_seq() <= from {
+            if !wanted(&info) {
                 continue;
             }
             let block =

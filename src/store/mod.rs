@@ -27,9 +27,11 @@
 //! | `checkpoint` | checkpoints, eviction, retention |
 //! | `import` | all-or-nothing imports |
 //! | `recovery` | opening: metadata, dictionary, replay |
+//! | `check` | `check` (every stored value and the log, damage named) and `repair` (sets rebuilt from the log) |
 //! | [`ops`] | typed reads for the query engine |
 //! | [`model`], [`error`] | configuration, events, ranges; errors |
 
+mod check;
 mod checkpoint;
 pub mod engine;
 pub mod error;
@@ -48,6 +50,7 @@ mod state;
 #[cfg(test)]
 mod test_support;
 
+pub use check::{CheckReport, Checked, Damage, Recovery, RepairReport};
 #[doc(hidden)]
 pub use engine::mem::MemEngine;
 pub use engine::sled::{SledEngine, SEGMENT_BYTES};

@@ -16,6 +16,7 @@ use crate::hash::Item;
 use crate::sketch::{ScalableBloom, Sketch};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
@@ -73,7 +74,15 @@ impl Store {
             importer: AtomicU64::new(0),
             sample_seed: std::sync::OnceLock::new(),
         };
-        store.replay()?;
+        if let Err(e) = store.replay() {
+            // A replay that stopped halfway (a damaged set it needed) leaves sets holding only
+            // some of their events; the drop's checkpoint would write them as complete, with
+            // the current log position, and lose the rest for good.
+            if let Ok(mut st) = store.state.lock() {
+                st.broken = Some(format!("recovery failed: {e}"));
+            }
+            return Err(e);
+        }
         Ok(store)
     }
 
@@ -192,11 +201,40 @@ impl Store {
         if from >= st.next_seq {
             return Ok(());
         }
+        self.replay_into(&mut st, from, None)?;
+        // Replay loads every set the replayed events touch; hold no more than the budget after.
+        if Self::sets_bytes(&st) > self.config.memory_budget {
+            self.checkpoint_locked(&mut st)?;
+        }
+        Ok(())
+    }
+
+    /// Applies the logged events from `from` on to their sets, each event only to a set that
+    /// does not include it yet (`seq ≥ log_pos`). With `only`, just those `(tag, bucket)` sets
+    /// (which the caller has put in memory) are fed, from the blocks that can hold their
+    /// events, and the all-time filter is left alone: that is how `repair` rebuilds a damaged
+    /// set, by the same path as recovery, from an empty set at position 0.
+    pub(super) fn replay_into(
+        &self,
+        st: &mut State,
+        from: u64,
+        only: Option<&BTreeSet<(u32, i64)>>,
+    ) -> Result<()> {
+        let buckets: Option<BTreeSet<i64>> = only.map(|o| o.iter().map(|&(_, b)| b).collect());
+        let wanted = |info: &log::BlockInfo| {
+            info.end_seq() > from
+                && buckets.as_ref().is_none_or(|bs| {
+                    // Buckets overlapping [min_time, max_time].
+                    let lo = self.config.bucket.bucket_of(info.min_time);
+                    bs.range(lo..).next().is_some_and(|&b| b <= info.max_time)
+                })
+        };
+        let is_wanted_bucket = |bucket: i64| buckets.as_ref().is_none_or(|bs| bs.contains(&bucket));
         let mut events: Vec<(u64, Event, Vec<u32>)> = Vec::new();
-        self.for_each_block_from(
-            from,
+        self.for_each_block(
+            wanted,
             |ev, tags| {
-                if ev.seq >= from {
+                if ev.seq >= from && is_wanted_bucket(self.config.bucket.bucket_of(ev.time)) {
                     events.push((ev.seq, Self::to_event(ev, tags), ev.tag_ids().to_vec()));
                 }
             },
@@ -206,7 +244,10 @@ impl Store {
             let bucket = self.config.bucket.bucket_of(event.time);
             let item = Item::new(event.item.as_bytes());
             for &tag in std::iter::once(&keys::WHOLE).chain(&tag_ids) {
-                self.ensure_loaded(&mut st, tag, bucket)?;
+                if only.is_some_and(|o| !o.contains(&(tag, bucket))) {
+                    continue;
+                }
+                self.ensure_loaded(st, tag, bucket)?;
                 st.clock += 1;
                 let clock = st.clock;
                 if let Some(active) = st.sets.get_mut(&(tag, bucket)) {
@@ -218,15 +259,13 @@ impl Store {
                     }
                 }
             }
-            if seq >= st.all_time_pos {
-                st.all_time.insert(&item.hashes.sha);
-                st.all_time_pos = seq + 1;
+            if only.is_none() {
+                if seq >= st.all_time_pos {
+                    st.all_time.insert(&item.hashes.sha);
+                    st.all_time_pos = seq + 1;
+                }
+                st.newest = Some(st.newest.map_or(event.time, |n| n.max(event.time)));
             }
-            st.newest = Some(st.newest.map_or(event.time, |n| n.max(event.time)));
-        }
-        // Replay loads every set the replayed events touch; hold no more than the budget after.
-        if Self::sets_bytes(&st) > self.config.memory_budget {
-            self.checkpoint_locked(&mut st)?;
         }
         Ok(())
     }
@@ -290,6 +329,43 @@ mod tests {
                 .0,
             3_000
         );
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// An open whose replay stops at a damaged set writes nothing: once the damage is mended,
+    /// the next open replays everything and no event is lost.
+    #[test]
+    fn an_open_that_fails_halfway_through_replay_writes_nothing() {
+        let dir = tempdir("replay-fails");
+        let store = Store::create(&dir, config()).expect("create");
+        store.ingest_batch(&events(0, 100)).expect("ingest");
+        store.checkpoint().expect("checkpoint");
+        store.ingest_batch(&events(100, 100)).expect("ingest");
+        store.flush().expect("flush");
+        // A crash: the log past the checkpoint is durable, the sets are not.
+        store.lock().expect("lock").broken = Some("test: simulated crash".into());
+        let hll = keys::sketch(keys::Part::Hll, 2, 1_764_547_200_000);
+        let good = store.engine.get(&hll).expect("get").expect("stored");
+        poke(&store, &hll, Some(b"damaged".to_vec()));
+        drop(store);
+        let err = Store::open(&dir)
+            .err()
+            .expect("replay needs chain:b's damaged set");
+        assert!(err.to_string().contains("chain:b"), "{err}");
+        // Mend the damage behind the store's back, then open for real.
+        {
+            let engine = SledEngine::open(&dir).expect("engine").expect("a store");
+            let mut batch = WriteBatch::default();
+            batch.put(hll.to_vec(), good).expect("put");
+            engine.apply(batch).expect("apply");
+            engine.sync().expect("sync");
+        }
+        let store = Store::open(&dir).expect("open");
+        let whole = store
+            .count(&Slice::Whole, &TimeRange::all())
+            .expect("count");
+        assert_eq!(whole.0, 200);
         drop(store);
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -179,6 +179,87 @@ impl Seam {
         Ok(value)
     }
 
+    /// The value stored under `key` as the engine holds it: a manifest, not the value, for one
+    /// stored in chunks. For `check`, which must see the chunks to say which one is missing.
+    pub(crate) fn get_raw(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        self.guard("get", |e| e.get(key))
+    }
+
+    /// `raw`, the stored value of `key`, put together as [`Seam::get`] would, and how it was
+    /// held: `None` if inline; else the chunk count its manifest claims, the indices of the
+    /// chunks that are not there, and whether the chunks there add up to the length it claims.
+    /// For `check`, which names the missing chunk instead of only a failed checksum.
+    pub(crate) fn assemble_checked(
+        &self,
+        key: &[u8],
+        raw: Vec<u8>,
+    ) -> Result<(Vec<u8>, Option<ChunkHealth>), StoreError> {
+        let Some(manifest) = Manifest::decode(&raw) else {
+            return Ok((raw, None));
+        };
+        let mut value = Vec::with_capacity(manifest.len.min(VALUE_MAX as u64 * 64) as usize);
+        let mut missing = Vec::new();
+        for i in 0..manifest.count {
+            match self.guard("get", |e| e.get(&keys::chunk(key, i)))? {
+                Some(chunk) => value.extend_from_slice(&chunk),
+                None => missing.push(i),
+            }
+        }
+        let length_ok = value.len() as u64 == manifest.len;
+        Ok((
+            value,
+            Some(ChunkHealth {
+                count: manifest.count,
+                missing,
+                length_ok,
+            }),
+        ))
+    }
+
+    /// How many chunks the manifest `raw` names (0 if `raw` is not a manifest).
+    pub(crate) fn manifest_count(raw: &[u8]) -> u32 {
+        Manifest::decode(raw).map_or(0, |m| m.count)
+    }
+
+    /// Entries with `start <= key < end` as the engine holds them, chunked values as their
+    /// manifests: a walk over every key that holds at most one chunk in memory at a time.
+    pub(crate) fn raw_range<'a>(
+        &'a self,
+        start: &[u8],
+        end: Option<&[u8]>,
+    ) -> impl Iterator<Item = Result<Entry, StoreError>> + 'a {
+        let (mut it, mut error) = match self.guard("range", |e| Ok(e.range(start, end))) {
+            Ok(it) => (Some(it), None),
+            Err(e) => (None, Some(e)),
+        };
+        std::iter::from_fn(move || {
+            if let Some(e) = error.take() {
+                return Some(Err(e));
+            }
+            let current = it.as_mut()?;
+            match self.guard("range", |_| current.next().transpose()) {
+                Ok(Some(entry)) => Some(Ok(entry)),
+                Ok(None) => {
+                    it = None;
+                    None
+                }
+                Err(e) => {
+                    it = None;
+                    Some(Err(e))
+                }
+            }
+        })
+    }
+
+    /// [`Seam::raw_range`] over the keys starting with `prefix`.
+    pub(crate) fn raw_prefix<'a>(
+        &'a self,
+        prefix: &[u8],
+    ) -> impl Iterator<Item = Result<Entry, StoreError>> + 'a {
+        let end = prefix_end(prefix);
+        self.raw_range(prefix, end.as_deref())
+    }
+
     /// Entries with `start <= key < end`, each step guarded; an error ends the iteration.
     pub(crate) fn range<'a>(
         &'a self,
@@ -241,6 +322,14 @@ impl Seam {
     pub(crate) fn disk_bytes(&self) -> Result<u64, StoreError> {
         self.guard("disk_bytes", |e| e.disk_bytes())
     }
+}
+
+/// What [`Seam::chunk_health`] found for a value stored in chunks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ChunkHealth {
+    pub(crate) count: u32,
+    pub(crate) missing: Vec<u32>,
+    pub(crate) length_ok: bool,
 }
 
 /// What the key of a value stored in chunks holds instead of the value.

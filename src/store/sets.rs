@@ -128,14 +128,7 @@ impl Store {
                 }
                 (set, log_pos)
             }
-            None => (
-                match self.set_seed(tag, bucket, 0) {
-                    Some(seed) => SketchSet::with_seed(&self.config.sketches, seed),
-                    None => SketchSet::new(&self.config.sketches),
-                }
-                .map_err(StoreError::Config)?,
-                0,
-            ),
+            None => (self.empty_set(tag, bucket)?, 0),
         };
         let active = Active {
             set,
@@ -145,6 +138,15 @@ impl Store {
         };
         st.sets.insert((tag, bucket), active);
         Ok(())
+    }
+
+    /// A new, empty set for (tag, bucket), its reservoir seeded as [`Store::seed_samples`] asks.
+    pub(super) fn empty_set(&self, tag: u32, bucket: i64) -> Result<SketchSet<Event>> {
+        match self.set_seed(tag, bucket, 0) {
+            Some(seed) => SketchSet::with_seed(&self.config.sketches, seed),
+            None => SketchSet::new(&self.config.sketches),
+        }
+        .map_err(StoreError::Config)
     }
 
     /// Reads and checks a stored set with the log position it includes; `None` if none is
