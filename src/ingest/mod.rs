@@ -150,7 +150,9 @@ pub enum IngestError {
     Bad(BadLine),
     #[error("reading the input: {0}; nothing was ingested (the store is unchanged)")]
     Io(#[source] std::io::Error),
-    #[error("{0}; nothing was ingested (the store is unchanged)")]
+    /// Unless the store asks to be reopened (a commit whose outcome is unknown), the ingest
+    /// was rolled back whole, and the message says so.
+    #[error("{0}{tail}", tail = rolled_back_tail(.0))]
     Store(#[from] StoreError),
     #[error(
         "the ingest thread stopped unexpectedly; nothing was ingested (the store is unchanged)"
@@ -158,6 +160,16 @@ pub enum IngestError {
     Worker,
     #[error("internal error (please report): {0}; nothing was ingested (the store is unchanged)")]
     Panic(String),
+}
+
+/// What an ingest ended by a store error adds: the store is unchanged, unless the store asks to
+/// be reopened because a commit's outcome is unknown.
+fn rolled_back_tail(e: &StoreError) -> &'static str {
+    if matches!(e, StoreError::MustReopen { .. }) {
+        ""
+    } else {
+        "; nothing was ingested (the store is unchanged)"
+    }
 }
 
 impl IngestError {
@@ -1041,5 +1053,20 @@ mod tests {
         assert_eq!(count(&store), 2);
         drop(store);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_store_error_claims_the_store_unchanged_only_when_it_is() {
+        let path = std::path::PathBuf::from("/s/tx.db");
+        let unknown = IngestError::Store(StoreError::MustReopen {
+            path: path.clone(),
+            reason: "the commit was written but not confirmed durable".into(),
+        });
+        assert!(!unknown.to_string().contains("unchanged"), "{unknown}");
+        let rolled_back = IngestError::Store(StoreError::Locked { path });
+        assert!(
+            rolled_back.to_string().contains("the store is unchanged"),
+            "{rolled_back}"
+        );
     }
 }
