@@ -345,6 +345,7 @@ impl Store {
             log_retained_from: None,
             importing: false,
             broken: None,
+            acked: None,
         };
         let store = Store {
             path: path.to_path_buf(),
