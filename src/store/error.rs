@@ -59,7 +59,7 @@ pub enum StoreError {
     /// before the position the acknowledgement record says a flush or commit made durable.
     /// sled recovers the longest undamaged prefix of its log, so a damaged or truncated file
     /// looks like this; opening would silently drop acknowledged events, so it is refused.
-    #[error("{path}: the storage engine lost acknowledged events: they were acknowledged up to event {acknowledged}, but the log ends at event {log_end} ({lost} lost); likely a damaged or truncated file in the store directory (sled recovered an earlier state). Nothing was changed: restore the store from a backup, or copy the directory aside and run `sketchdb check` to see what is left", lost = acknowledged - log_end, path = path.display())]
+    #[error("{path}: the storage engine lost acknowledged events: they were acknowledged up to event {acknowledged}, but the log ends at event {log_end} ({lost} lost); likely a damaged or truncated file in the store directory (sled recovered an earlier state). The store wrote nothing (sled's own recovery may have rewritten its files): restore the store from a backup, or copy the directory aside and run `sketchdb check` on the copy to see what is left", lost = acknowledged - log_end, path = path.display())]
     AcknowledgedLost {
         path: PathBuf,
         acknowledged: u64,
