@@ -3,7 +3,9 @@
 //! proptest draws sequences of operations (ingest a batch, flush, an import that commits, one
 //! whose closure fails, one whose closure panics, an engine write failure or panic armed at a
 //! later call, a crash that drops all or a suffix of the unsynced writes, a reopen) and runs
-//! them on a store over [`MemEngine`]. A model follows along: `history`, every event the store
+//! them on a store over [`MemEngine`] (and damage that loses the last synced batches, as sled
+//! loses the tail of a damaged log: the reopen must then hold everything acknowledged or be
+//! refused with [`StoreError::AcknowledgedLost`], never open smaller). A model follows along: `history`, every event the store
 //! may hold, in log order, and `acked`, how many of them the store has acknowledged (a
 //! returned `flush`, a committed import, or the flush an import starts with).
 //!
@@ -68,6 +70,9 @@ enum Op {
     PanicAt(u64),
     /// Crash, keeping the first `keep` unsynced batches (sled recovers a prefix of its log).
     Crash(usize),
+    /// Damage to the engine's log: the last `n` *synced* batches are lost too, as sled loses
+    /// the tail of a damaged or truncated log; the acknowledgement record survives.
+    LoseDurable(usize),
     Reopen,
 }
 
@@ -81,6 +86,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (1..8u64).prop_map(Op::FailWrite),
         1 => (1..40u64).prop_map(Op::PanicAt),
         2 => (0..4usize).prop_map(Op::Crash),
+        1 => (1..4usize).prop_map(Op::LoseDurable),
         1 => Just(Op::Reopen),
     ]
 }
@@ -199,7 +205,7 @@ fn run(ops: &[Op]) -> Result<(), String> {
     for (step, op) in ops.iter().enumerate() {
         let at = format!("step {step} ({op:?})");
         let op = match op {
-            Op::Crash(_) | Op::Reopen => op.clone(),
+            Op::Crash(_) | Op::LoseDurable(_) | Op::Reopen => op.clone(),
             _ if in_doubt => Op::Reopen,
             _ => op.clone(),
         };
@@ -282,6 +288,30 @@ fn run(ops: &[Op]) -> Result<(), String> {
                 store = Some(reopened);
                 in_doubt = false;
             }
+            Op::LoseDurable(n) => {
+                let survivor = engine.lose_durable(n);
+                drop(store.take());
+                engine = survivor;
+                match Store::open_with(Box::new(engine.clone())) {
+                    // The loss spared what was acknowledged (or reached only what no one was
+                    // told about): the store must hold all of it, exactly.
+                    Ok(reopened) => {
+                        verify(&reopened, &mut model, &at)?;
+                        store = Some(reopened);
+                        in_doubt = false;
+                    }
+                    // Refused, naming the loss: the promise is kept by saying so. Nothing more
+                    // can be done with this engine.
+                    Err(StoreError::AcknowledgedLost {
+                        acknowledged,
+                        log_end,
+                        ..
+                    }) if log_end < acknowledged => return Ok(()),
+                    // Everything lost before anything was acknowledged.
+                    Err(StoreError::NotAStore { .. }) if model.acked == 0 => return Ok(()),
+                    Err(e) => return Err(format!("{at}: reopen after the loss: {e}")),
+                }
+            }
             Op::Reopen => {
                 drop(store.take());
                 engine.disarm();
@@ -342,5 +372,90 @@ fn a_flushed_ingest_and_a_committed_import_survive_a_crash_and_a_failed_import_l
     ];
     if let Err(e) = run(&ops) {
         panic!("{e}");
+    }
+}
+
+/// Issue 12, items 5 and 6: the engine loses a synced, acknowledged batch (sled recovering an
+/// earlier state from a damaged log). Opening is refused with the counts named; it never opens
+/// smaller.
+#[test]
+fn losing_an_acknowledged_batch_is_refused_at_open_not_opened_smaller() {
+    let engine = MemEngine::new();
+    let store = Store::create_with(Box::new(engine.clone()), config()).expect("create");
+    store
+        .ingest_batch(&(0..100).map(event).collect::<Vec<_>>())
+        .expect("ingest");
+    store.flush().expect("flush");
+    store
+        .ingest_batch(&(100..150).map(event).collect::<Vec<_>>())
+        .expect("ingest");
+    store.flush().expect("flush");
+    // The second flush's batch is lost, though it was synced and acknowledged.
+    let survivor = engine.lose_durable(1);
+    drop(store);
+    let err = Store::open_with(Box::new(survivor.clone()))
+        .err()
+        .expect("opening a store that lost acknowledged events is refused");
+    assert!(
+        matches!(
+            err,
+            StoreError::AcknowledgedLost {
+                acknowledged: 150,
+                log_end: 100,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let msg = err.to_string();
+    for part in [
+        "acknowledged up to event 150",
+        "ends at event 100",
+        "backup",
+        "sketchdb check",
+    ] {
+        assert!(msg.contains(part), "{part:?} missing from: {msg}");
+    }
+    // The refusal wrote nothing: it says the same again.
+    let again = Store::open_with(Box::new(survivor))
+        .err()
+        .expect("refused again");
+    assert!(
+        matches!(again, StoreError::AcknowledgedLost { .. }),
+        "{again}"
+    );
+}
+
+/// The sequence above, through the model: a loss that reaches acknowledged events ends in the
+/// refusal, one that does not opens with everything acknowledged.
+#[test]
+fn a_lost_synced_batch_is_caught_by_the_model_run() {
+    for ops in [
+        vec![
+            Op::Ingest(10),
+            Op::Flush,
+            Op::Ingest(5),
+            Op::Flush,
+            Op::LoseDurable(1),
+        ],
+        vec![
+            Op::Ingest(10),
+            Op::Flush,
+            Op::ImportOk(20),
+            Op::LoseDurable(2),
+            Op::Reopen,
+        ],
+        vec![
+            Op::Ingest(10),
+            Op::Flush,
+            Op::Ingest(5),
+            Op::LoseDurable(1),
+            Op::Ingest(3),
+            Op::Flush,
+        ],
+    ] {
+        if let Err(e) = run(&ops) {
+            panic!("{ops:?}: {e}");
+        }
     }
 }

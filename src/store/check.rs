@@ -283,7 +283,11 @@ impl Store {
         let path = dir.as_ref();
         let open_error = match Store::open(path) {
             Ok(store) => return store.check(),
-            Err(e @ (StoreError::Damaged { .. } | StoreError::DamagedLog { .. })) => e,
+            Err(
+                e @ (StoreError::Damaged { .. }
+                | StoreError::DamagedLog { .. }
+                | StoreError::AcknowledgedLost { .. }),
+            ) => e,
             Err(e) => return Err(e),
         };
         let engine = match SledEngine::open(path) {
@@ -345,6 +349,7 @@ impl Store {
             log_retained_from: None,
             importing: false,
             broken: None,
+            acked: None,
         };
         let store = Store {
             path: path.to_path_buf(),

@@ -84,7 +84,7 @@ impl Store {
         st.checkpoint_pos = pos;
         st.since_checkpoint = 0;
         self.evict_over_budget(st);
-        Ok(())
+        self.acknowledge(st)
     }
 
     /// Adds a set's five parts and its header (`events`, and `pos`, the log position it

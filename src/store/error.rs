@@ -55,6 +55,16 @@ pub enum StoreError {
     /// thread, which holds the store until the import ends (waiting would never end).
     #[error("{path}: called from inside an import on this store; feed the import through the `Import` it was given, or finish it first")]
     InsideImport { path: PathBuf },
+    /// The storage engine opened an earlier state than the one acknowledged: its log ends
+    /// before the position the acknowledgement record says a flush or commit made durable.
+    /// sled recovers the longest undamaged prefix of its log, so a damaged or truncated file
+    /// looks like this; opening would silently drop acknowledged events, so it is refused.
+    #[error("{path}: the storage engine lost acknowledged events: they were acknowledged up to event {acknowledged}, but the log ends at event {log_end} ({lost} lost); likely a damaged or truncated file in the store directory (sled recovered an earlier state). The store wrote nothing (sled's own recovery may have rewritten its files): restore the store from a backup, or copy the directory aside and run `sketchdb check` on the copy to see what is left", lost = acknowledged - log_end, path = path.display())]
+    AcknowledgedLost {
+        path: PathBuf,
+        acknowledged: u64,
+        log_end: u64,
+    },
     #[error("{0}")]
     Query(String),
 }

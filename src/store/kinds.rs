@@ -65,7 +65,16 @@ pub const CHUNK: Kind = Kind {
     name: "chunk of a large value",
 };
 
-/// Every kind, for the uniqueness check.
+/// The acknowledgement record (see `store::ack`): how far the log was acknowledged. Kept by
+/// the engine outside its keys ([`super::Engine::write_ack`]), so its prefix is only reserved:
+/// it is not in [`ALL`], whose prefixes are the keys `check` expects to find.
+pub const ACK: Kind = Kind {
+    prefix: b'K',
+    blob: 0x53,
+    name: "acknowledgement record",
+};
+
+/// Every kind stored under keys, for the uniqueness check and `check`'s walk.
 pub const ALL: [Kind; 7] = [META, TAG, LOG, INDEX, SKETCH, ALL_TIME, CHUNK];
 
 /// The stored parts of a sketch set: its header (event count and log position) and one per
@@ -117,8 +126,9 @@ mod tests {
 
     #[test]
     fn no_two_kinds_share_a_prefix_or_a_blob_kind() {
-        for (i, a) in ALL.iter().enumerate() {
-            for b in &ALL[i + 1..] {
+        let every: Vec<Kind> = ALL.iter().copied().chain([ACK]).collect();
+        for (i, a) in every.iter().enumerate() {
+            for b in &every[i + 1..] {
                 assert_ne!(a.prefix, b.prefix, "{} and {}", a.name, b.name);
                 if a.blob != 0 && b.blob != 0 {
                     assert_ne!(a.blob, b.blob, "{} and {}", a.name, b.name);

@@ -27,10 +27,12 @@
 //! | `checkpoint` | checkpoints, eviction, retention |
 //! | `import` | all-or-nothing imports |
 //! | `recovery` | opening: metadata, dictionary, replay |
+//! | `ack` | the acknowledgement record: how far the log was acknowledged, checked at open |
 //! | `check` | `check` (every stored value and the log, damage named) and `repair` (sets rebuilt from the log) |
 //! | [`ops`] | typed reads for the query engine |
 //! | [`model`], [`error`] | configuration, events, ranges; errors |
 
+mod ack;
 mod check;
 mod checkpoint;
 pub mod engine;
@@ -303,7 +305,8 @@ impl Store {
                 })?;
         }
         self.write_pending(st)?;
-        self.engine.sync()
+        self.engine.sync()?;
+        self.acknowledge(st)
     }
 }
 

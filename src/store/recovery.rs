@@ -5,6 +5,7 @@
 //! Owns: the path from files on disk to a usable in-memory [`State`] after a clean close or a
 //! crash.
 
+use super::ack::Ack;
 use super::checkpoint::Checkpoint;
 use super::error::{Result, StoreError};
 use super::model::{self, Config, Event};
@@ -63,7 +64,18 @@ impl Store {
     }
 
     pub(super) fn load(engine: Seam) -> Result<Store> {
-        let (config, state) = Self::read_state(&engine)?;
+        let (config, mut state) = match Self::read_state(&engine) {
+            Ok(read) => read,
+            // An engine that lost even the store's metadata: if anything was acknowledged,
+            // that is the loss to report, not a directory that never held a store.
+            Err(e @ StoreError::NotAStore { .. }) => {
+                Ack::verify(&engine, 0)?;
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
+        // Before anything is written: a log shorter than acknowledged is refused, not opened.
+        state.acked = Ack::verify(&engine, state.next_seq)?;
         // Before anything new is written at these positions.
         Self::remove_orphan_blocks(&engine, state.next_seq)?;
         let store = Store {
@@ -183,6 +195,7 @@ impl Store {
             log_retained_from,
             importing: false,
             broken: None,
+            acked: None,
         };
         Ok((config, state))
     }

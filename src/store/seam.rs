@@ -322,6 +322,14 @@ impl Seam {
     pub(crate) fn disk_bytes(&self) -> Result<u64, StoreError> {
         self.guard("disk_bytes", |e| e.disk_bytes())
     }
+
+    pub(crate) fn write_ack(&self, bytes: &[u8]) -> Result<(), StoreError> {
+        self.guard("write_ack", |e| e.write_ack(bytes))
+    }
+
+    pub(crate) fn read_ack(&self) -> Result<Option<Vec<u8>>, StoreError> {
+        self.guard("read_ack", |e| e.read_ack())
+    }
 }
 
 /// What [`Seam::chunk_health`] found for a value stored in chunks.

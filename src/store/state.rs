@@ -124,6 +124,9 @@ pub(crate) struct State {
     /// Why this state can no longer be trusted (a rollback failed): every call then fails with
     /// [`StoreError::MustReopen`], and nothing more is written.
     pub(super) broken: Option<String>,
+    /// What the acknowledgement record holds, as far as this process knows (`None`: unknown or
+    /// none), so a flush with nothing new does not rewrite it.
+    pub(super) acked: Option<super::ack::Ack>,
 }
 
 /// Bytes held in memory by a store.

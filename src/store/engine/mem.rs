@@ -4,7 +4,8 @@
 //! one (what reads see: durable plus every batch applied since the last sync, in order).
 //! [`MemEngine::crash`] keeps the durable view plus a prefix of the unsynced batches, as sled
 //! recovers a prefix of its log, and fails the crashed handle for good, as a dead process writes
-//! nothing more. [`MemEngine::fail_nth_write`], [`MemEngine::fail_nth_sync`] and
+//! nothing more. [`MemEngine::lose_durable`] drops synced batches too, as sled does when the
+//! tail of its log is damaged; the acknowledgement record ([`Engine::write_ack`]) survives both. [`MemEngine::fail_nth_write`], [`MemEngine::fail_nth_sync`] and
 //! [`MemEngine::panic_on_nth`] inject failures at a chosen call.
 //!
 //! Must not: be used by production code paths (it is public, and hidden from the docs, only so
@@ -32,6 +33,12 @@ struct Inner {
     fail_write: Option<u64>,
     fail_sync: Option<u64>,
     panic_at: Option<u64>,
+    /// The acknowledgement record: durable once written (it lives outside the log).
+    ack: Option<Vec<u8>>,
+    /// Every synced batch, oldest first, for [`MemEngine::lose_durable`].
+    synced: Vec<WriteBatch>,
+    /// The durable view before any synced batch.
+    base: Map,
 }
 
 /// An in-memory [`Engine`]. Clones share the same data (a test keeps one to crash the engine
@@ -103,8 +110,9 @@ impl MemEngine {
     pub fn crash(&self, keep: usize) -> MemEngine {
         let mut inner = self.lock();
         let unsynced = std::mem::take(&mut inner.unsynced);
-        for batch in unsynced.iter().take(keep) {
-            apply_to(&mut inner.durable, batch);
+        for batch in unsynced.into_iter().take(keep) {
+            apply_to(&mut inner.durable, &batch);
+            inner.synced.push(batch);
         }
         inner.volatile = inner.durable.clone();
         inner.generation += 1;
@@ -116,6 +124,26 @@ impl MemEngine {
             generation: inner.generation,
             location: self.location.clone(),
         }
+    }
+
+    /// Damage that makes the engine recover an earlier state than it acknowledged (sled
+    /// recovers a prefix of its log, so a damaged or truncated log file loses its tail): the
+    /// last `n` synced batches are dropped from the durable view, and unsynced ones are lost as
+    /// in a crash. The acknowledgement record, kept outside the log, is untouched. Returns a
+    /// handle on what is left; every earlier handle refuses every call, as after
+    /// [`MemEngine::crash`].
+    pub fn lose_durable(&self, n: usize) -> MemEngine {
+        {
+            let mut inner = self.lock();
+            let keep = inner.synced.len().saturating_sub(n);
+            inner.synced.truncate(keep);
+            let mut durable = inner.base.clone();
+            for batch in &inner.synced {
+                apply_to(&mut durable, batch);
+            }
+            inner.durable = durable;
+        }
+        self.crash(0)
     }
 
     /// Batches applied since the last sync.
@@ -163,6 +191,11 @@ impl MemEngine {
     pub fn poke(&self, key: &[u8], value: Option<Vec<u8>>) {
         let mut guard = self.lock();
         let inner = &mut *guard;
+        // Durable at once: kept by a later `lose_durable` unless it drops this change too.
+        // (Bypassing `put`'s size limit, as the poke itself does.)
+        let mut batch = WriteBatch::default();
+        batch.ops.push((key.to_vec(), value.clone()));
+        inner.synced.push(batch);
         for map in [&mut inner.durable, &mut inner.volatile] {
             match &value {
                 Some(v) => {
@@ -242,8 +275,9 @@ impl Engine for MemEngine {
             });
         }
         let unsynced = std::mem::take(&mut inner.unsynced);
-        for batch in &unsynced {
-            apply_to(&mut inner.durable, batch);
+        for batch in unsynced {
+            apply_to(&mut inner.durable, &batch);
+            inner.synced.push(batch);
         }
         Ok(())
     }
@@ -255,6 +289,17 @@ impl Engine for MemEngine {
             .iter()
             .map(|(k, v)| (k.len() + v.len()) as u64)
             .sum())
+    }
+
+    fn write_ack(&self, bytes: &[u8]) -> Result<(), EngineError> {
+        let mut inner = self.enter("write_ack")?;
+        inner.ack = Some(bytes.to_vec());
+        Ok(())
+    }
+
+    fn read_ack(&self) -> Result<Option<Vec<u8>>, EngineError> {
+        let inner = self.enter("read_ack")?;
+        Ok(inner.ack.clone())
     }
 }
 

@@ -137,6 +137,13 @@ pub trait Engine: Send + Sync {
     fn sync(&self) -> Result<(), EngineError>;
     /// Bytes the engine occupies on disk.
     fn disk_bytes(&self) -> Result<u64, EngineError>;
+    /// Replaces the acknowledgement record, a few bytes kept outside the engine's log (so
+    /// that whatever the log loses, the record still says how far it was acknowledged):
+    /// durable when it returns `Ok`, and after any crash either the old record or the new one,
+    /// whole.
+    fn write_ack(&self, bytes: &[u8]) -> Result<(), EngineError>;
+    /// The acknowledgement record last written, `None` if none ever was.
+    fn read_ack(&self) -> Result<Option<Vec<u8>>, EngineError>;
 }
 
 /// The text of a panic's payload.

@@ -30,6 +30,13 @@ const LOCK_WAIT: Duration = Duration::from_millis(500);
 /// before the store's configuration (inside sled) can be read.
 const CACHE_FILE: &str = "sketchdb-engine";
 
+/// The file beside sled's own that holds the acknowledgement record ([`Engine::write_ack`]):
+/// outside sled's log, so a damaged or truncated log file that makes sled recover an earlier
+/// state cannot take the record back with it.
+pub const ACK_FILE: &str = "sketchdb-ack";
+/// Where a new record is written and fsynced before it is renamed over [`ACK_FILE`].
+const ACK_TEMP: &str = "sketchdb-ack.new";
+
 /// An open sled database.
 pub struct SledEngine {
     db: sled::Db,
@@ -393,6 +400,36 @@ impl Engine for SledEngine {
             }
         }
         Ok(())
+    }
+
+    /// Atomic and durable: the bytes go to a temporary file, which is fsynced, renamed over
+    /// [`ACK_FILE`], and the directory fsynced; a crash at any point leaves the old record or
+    /// the new one.
+    fn write_ack(&self, bytes: &[u8]) -> Result<(), EngineError> {
+        use std::io::Write;
+        self.refuse_if_broken()?;
+        let temp = self.path.join(ACK_TEMP);
+        let mut file =
+            std::fs::File::create(&temp).map_err(io("create the acknowledgement record"))?;
+        file.write_all(bytes)
+            .map_err(io("write the acknowledgement record"))?;
+        file.sync_all()
+            .map_err(io("fsync the acknowledgement record"))?;
+        drop(file);
+        std::fs::rename(&temp, self.path.join(ACK_FILE))
+            .map_err(io("rename the acknowledgement record into place"))?;
+        std::fs::File::open(&self.path)
+            .and_then(|d| d.sync_all())
+            .map_err(io("fsync the store directory"))
+    }
+
+    fn read_ack(&self) -> Result<Option<Vec<u8>>, EngineError> {
+        match std::fs::read(self.path.join(ACK_FILE)) {
+            Ok(bytes) => Ok(Some(bytes)),
+            // A store made before the record existed, or never flushed since.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io("read the acknowledgement record")(e)),
+        }
     }
 
     /// Bytes allocated to the store's files (what `du` reports), so sparse regions and
