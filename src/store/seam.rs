@@ -260,38 +260,21 @@ impl Seam {
         self.raw_range(prefix, end.as_deref())
     }
 
-    /// Entries with `start <= key < end`, each step guarded; an error ends the iteration.
+    /// Entries with `start <= key < end`, each step guarded, chunked values put back together;
+    /// an error ends the iteration.
     pub(crate) fn range<'a>(
         &'a self,
         start: &[u8],
         end: Option<&[u8]>,
     ) -> impl Iterator<Item = Result<Entry, StoreError>> + 'a {
-        let (mut it, mut error) = match self.guard("range", |e| Ok(e.range(start, end))) {
-            Ok(it) => (Some(it), None),
-            Err(e) => (None, Some(e)),
-        };
-        std::iter::from_fn(move || {
-            if let Some(e) = error.take() {
-                return Some(Err(e));
+        let mut failed = false;
+        self.raw_range(start, end).map_while(move |entry| {
+            if failed {
+                return None;
             }
-            let current = it.as_mut()?;
-            match self.guard("range", |_| current.next().transpose()) {
-                Ok(Some((key, raw))) => match self.whole(&key, raw) {
-                    Ok(value) => Some(Ok((key, value))),
-                    Err(e) => {
-                        it = None;
-                        Some(Err(e))
-                    }
-                },
-                Ok(None) => {
-                    it = None;
-                    None
-                }
-                Err(e) => {
-                    it = None;
-                    Some(Err(e))
-                }
-            }
+            let entry = entry.and_then(|(key, raw)| self.whole(&key, raw).map(|v| (key, v)));
+            failed = entry.is_err();
+            Some(entry)
         })
     }
 
