@@ -321,3 +321,63 @@ fn a_bit_flip_in_the_last_acknowledged_write_is_refused_not_opened_smaller() {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+/// The issue's flipped-bit trial over the whole of `db`, not only its last write: a flipped
+/// bit anywhere in what two acknowledged flushes wrote either leaves every acknowledged event
+/// readable (and `check` names any value it hit), or is an error that names what it hit. Never
+/// a smaller count, never a panic.
+#[test]
+fn a_bit_flip_anywhere_in_sleds_file_never_opens_smaller() {
+    const TRIALS: u64 = 24;
+    let (mut opened, mut named_by_check, mut refused) = (0, 0, 0);
+    for trial in 0..TRIALS {
+        let dir = tempdir(&format!("flip-anywhere-{trial}"));
+        let store = Store::create(&dir, config()).expect("create");
+        store.ingest_batch(&events(0, 1_000)).expect("ingest");
+        store.flush().expect("flush");
+        store.ingest_batch(&events(1_000, 500)).expect("ingest");
+        store.flush().expect("flush");
+        drop(store);
+        let mut db = std::fs::read(dir.join("db")).expect("db");
+        // Spread over the bytes written, past the zeroed tail of the preallocated segment.
+        let written = db.iter().rposition(|&b| b != 0).map_or(db.len(), |p| p + 1);
+        let offset = (written as u64 * (2 * trial + 1) / (2 * TRIALS)) as usize;
+        db[offset] ^= 0x10;
+        std::fs::write(dir.join("db"), &db).expect("write db");
+        let outcome = std::panic::catch_unwind(|| match Store::open(&dir) {
+            Ok(store) => {
+                let n = count(&store);
+                assert_eq!(
+                    n, 1_500,
+                    "flip at {offset} of {written}: opened with {n} events"
+                );
+                // The flip may sit in a value only a query reads: `check` reads them all.
+                let report = store.check().expect("check runs");
+                Ok(report.damaged.len())
+            }
+            Err(e) => Err(e.to_string()),
+        });
+        match outcome {
+            Ok(Ok(0)) => opened += 1,
+            Ok(Ok(_)) => named_by_check += 1,
+            Ok(Err(message)) => {
+                refused += 1;
+                let names_it = message.contains(&dir.display().to_string())
+                    || message.contains("sketch")
+                    || message.contains("log")
+                    || message.contains("acknowledged");
+                assert!(
+                    names_it,
+                    "flip at {offset}: an error naming nothing: {message}"
+                );
+            }
+            Err(_) => panic!("flip at {offset} of {written}: opening panicked"),
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    eprintln!(
+        "{TRIALS} flips: {opened} opened clean with every event, {named_by_check} opened with \
+the damage named by check, {refused} refused by name"
+    );
+    assert_eq!(opened + named_by_check + refused, TRIALS);
+}
