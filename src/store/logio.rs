@@ -15,15 +15,19 @@ use super::{codec, keys, kinds, log, Store};
 
 impl Store {
     /// Calls `each` for every logged event in the blocks whose index entries `wanted` accepts
-    /// (replay wants the blocks past a position, repair the ones overlapping its buckets; a
-    /// damaged block nobody wants is never read).
+    /// (a scan wants the blocks overlapping its range, replay the blocks past a position,
+    /// repair the ones overlapping its buckets; a damaged block nobody wants is never read).
+    /// `stop` is asked before each block; returns `Ok(false)` if it ended the walk early.
     pub(super) fn for_each_block(
         &self,
         wanted: impl Fn(&log::BlockInfo) -> bool,
-        mut each: impl FnMut(&log::LogEvent<'_>, &TagDict),
-        tags: &TagDict,
-    ) -> Result<()> {
+        stop: &dyn Fn() -> bool,
+        mut each: impl FnMut(&log::LogEvent<'_>),
+    ) -> Result<bool> {
         for entry in self.engine.prefix(&[keys::INDEX]) {
+            if stop() {
+                return Ok(false);
+            }
             let (k, v) = entry?;
             let first = keys::seq_of(&k).unwrap_or(0);
             let info = log::BlockInfo::decode(&v).map_err(|detail| StoreError::DamagedLog {
@@ -40,14 +44,12 @@ impl Store {
                         name: format!("log block at event {first}"),
                         detail: "missing".into(),
                     })?;
-            log::decode_block(&block, |ev| each(ev, tags)).map_err(|detail| {
-                StoreError::DamagedLog {
-                    name: format!("log block at event {first}"),
-                    detail,
-                }
+            log::decode_block(&block, &mut each).map_err(|detail| StoreError::DamagedLog {
+                name: format!("log block at event {first}"),
+                detail,
             })?;
         }
-        Ok(())
+        Ok(true)
     }
 
     pub(crate) fn to_event(ev: &log::LogEvent<'_>, tags: &TagDict) -> Event {

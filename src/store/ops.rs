@@ -682,39 +682,19 @@ impl Store {
         let tag = self.tag_id(st, slice)?;
         self.write_pending(st)?;
         let mut decoded = 0u64;
-        for entry in self.engine.prefix(&[keys::INDEX]) {
-            if stop() {
-                return Ok(None);
+        let overlaps = |info: &log::BlockInfo| {
+            range.start.is_none_or(|s| info.max_time >= s)
+                && range.end.is_none_or(|e| info.min_time < e)
+        };
+        let tags = &st.tags;
+        let finished = self.for_each_block(overlaps, stop, |ev| {
+            decoded += 1;
+            if range.contains(ev.time) && (tag == keys::WHOLE || ev.tag_ids().contains(&tag)) {
+                each(ev, tags);
             }
-            let (k, v) = entry?;
-            let first = keys::seq_of(&k).unwrap_or(0);
-            let info = log::BlockInfo::decode(&v).map_err(|detail| StoreError::DamagedLog {
-                name: format!("log block index at event {first}"),
-                detail,
-            })?;
-            let overlaps = range.start.is_none_or(|s| info.max_time >= s)
-                && range.end.is_none_or(|e| info.min_time < e);
-            if !overlaps {
-                continue;
-            }
-            let block =
-                self.engine
-                    .get(&keys::log(first))?
-                    .ok_or_else(|| StoreError::DamagedLog {
-                        name: format!("log block at event {first}"),
-                        detail: "missing".into(),
-                    })?;
-            let tags = &st.tags;
-            log::decode_block(&block, |ev| {
-                decoded += 1;
-                if range.contains(ev.time) && (tag == keys::WHOLE || ev.tag_ids().contains(&tag)) {
-                    each(ev, tags);
-                }
-            })
-            .map_err(|detail| StoreError::DamagedLog {
-                name: format!("log block at event {first}"),
-                detail,
-            })?;
+        })?;
+        if !finished {
+            return Ok(None);
         }
         Ok(Some(decoded))
     }

@@ -244,15 +244,12 @@ impl Store {
         };
         let is_wanted_bucket = |bucket: i64| buckets.as_ref().is_none_or(|bs| bs.contains(&bucket));
         let mut events: Vec<(u64, Event, Vec<u32>)> = Vec::new();
-        self.for_each_block(
-            wanted,
-            |ev, tags| {
-                if ev.seq >= from && is_wanted_bucket(self.config.bucket.bucket_of(ev.time)) {
-                    events.push((ev.seq, Self::to_event(ev, tags), ev.tag_ids().to_vec()));
-                }
-            },
-            &st.tags,
-        )?;
+        let tags = &st.tags;
+        self.for_each_block(wanted, &|| false, |ev| {
+            if ev.seq >= from && is_wanted_bucket(self.config.bucket.bucket_of(ev.time)) {
+                events.push((ev.seq, Self::to_event(ev, tags), ev.tag_ids().to_vec()));
+            }
+        })?;
         for (seq, event, tag_ids) in events {
             let bucket = self.config.bucket.bucket_of(event.time);
             let item = Item::new(event.item.as_bytes());
