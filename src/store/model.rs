@@ -105,33 +105,19 @@ pub struct Config {
 }
 
 /// The configuration as stores written before `engine_cache_bytes` hold it (see
-/// [`ConfigV1`] for why each old layout is decoded as itself).
+/// [`ConfigV1`] for why each old layout is decoded as itself). bincode writes a nested
+/// struct's fields in line, so this is exactly version 1's layout and one more field.
 #[derive(Deserialize)]
 pub(crate) struct ConfigV2 {
-    item_field: String,
-    tag_fields: Vec<String>,
-    bucket: BucketWidth,
-    sketches: SketchConfig,
-    retention_ms: Option<i64>,
-    memory_budget: usize,
-    checkpoint_every: u64,
-    cache_bytes: usize,
+    v1: ConfigV1,
     lowercase_items: bool,
 }
 
 impl From<ConfigV2> for Config {
     fn from(c: ConfigV2) -> Self {
         Config {
-            item_field: c.item_field,
-            tag_fields: c.tag_fields,
-            bucket: c.bucket,
-            sketches: c.sketches,
-            retention_ms: c.retention_ms,
-            memory_budget: c.memory_budget,
-            checkpoint_every: c.checkpoint_every,
-            cache_bytes: c.cache_bytes,
             lowercase_items: c.lowercase_items,
-            engine_cache_bytes: DEFAULT_ENGINE_CACHE_BYTES,
+            ..Config::from(c.v1)
         }
     }
 }
