@@ -85,7 +85,8 @@ pub fn frame_parts(kind: u8, parts: &[&[u8]]) -> Result<Vec<u8>, CodecError> {
     frame_versioned(kind, FORMAT_VERSION, parts)
 }
 
-fn frame_versioned(kind: u8, version: u16, parts: &[&[u8]]) -> Result<Vec<u8>, CodecError> {
+/// [`frame_parts`] at payload layout `version` (a kind whose owner bumped its layout).
+pub fn frame_versioned(kind: u8, version: u16, parts: &[&[u8]]) -> Result<Vec<u8>, CodecError> {
     let len: usize = parts.iter().map(|p| p.len()).sum();
     let payload_len =
         u32::try_from(len).map_err(|_| CodecError::Serialize("payload over 4 GiB".into()))?;
@@ -126,6 +127,48 @@ pub fn decode_versioned<T: DeserializeOwned>(
 /// Checks a frame written by [`frame`] or [`encode`] and returns its payload.
 pub fn unframe(kind: u8, bytes: &[u8]) -> Result<&[u8], CodecError> {
     unframe_versioned(kind, FORMAT_VERSION, bytes)
+}
+
+/// Checks a frame of `kind` at any payload layout from [`FORMAT_VERSION`] to `newest` and returns
+/// the layout with the payload, for a kind whose owner still reads its older layouts.
+pub fn unframe_any(kind: u8, newest: u16, bytes: &[u8]) -> Result<(u16, &[u8]), CodecError> {
+    match unframe_versioned(kind, newest, bytes) {
+        Ok(payload) => Ok((newest, payload)),
+        Err(CodecError::UnsupportedVersion { found, .. })
+            if (FORMAT_VERSION..newest).contains(&found) =>
+        {
+            Ok((found, unframe_versioned(kind, found, bytes)?))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Compresses `data` with zstd at level 1: the fastest level, which already takes the
+/// log's repeated field names and hex digits (a third of a block's bytes or less on chain events)
+/// and costs a few nanoseconds a byte, less than the write it saves.
+pub fn compress(data: &[u8]) -> Result<Vec<u8>, CodecError> {
+    zstd::bulk::compress(data, 1).map_err(|e| CodecError::Serialize(format!("zstd: {e}")))
+}
+
+/// Decompresses what [`compress`] wrote. The size recorded in the zstd frame is checked against
+/// `limit` before anything is allocated, so a damaged size cannot ask for gigabytes.
+pub fn decompress(data: &[u8], limit: usize) -> Result<Vec<u8>, CodecError> {
+    let size = zstd::bulk::Decompressor::upper_bound(data)
+        .ok_or_else(|| CodecError::Malformed("zstd frame without a content size".into()))?;
+    if size > limit {
+        return Err(CodecError::Malformed(format!(
+            "zstd frame says {size} bytes, over the {limit}-byte limit"
+        )));
+    }
+    let out = zstd::bulk::decompress(data, size)
+        .map_err(|e| CodecError::Malformed(format!("zstd: {e}")))?;
+    if out.len() != size {
+        return Err(CodecError::Malformed(format!(
+            "zstd frame says {size} bytes but holds {}",
+            out.len()
+        )));
+    }
+    Ok(out)
 }
 
 fn unframe_versioned(kind: u8, supported: u16, bytes: &[u8]) -> Result<&[u8], CodecError> {
