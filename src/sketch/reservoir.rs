@@ -195,6 +195,19 @@ impl<T> Reservoir<T> {
         self.next = self.seen.saturating_add(skip).saturating_add(1);
     }
 
+    /// The same reservoir state holding `f` of each sampled event (a change of what stands for
+    /// an event, not of which events are sampled).
+    pub fn map<U>(self, f: impl FnMut(T) -> U) -> Reservoir<U> {
+        Reservoir {
+            capacity: self.capacity,
+            seen: self.seen,
+            items: self.items.into_iter().map(f).collect(),
+            w: self.w,
+            next: self.next,
+            rng: self.rng,
+        }
+    }
+
     /// A uniform subset of `n` of the sampled events (all of them if `n` is larger).
     pub fn pick<R: Rng + ?Sized>(&self, n: usize, rng: &mut R) -> Vec<&T> {
         let n = n.min(self.items.len());

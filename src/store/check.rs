@@ -21,8 +21,8 @@ use super::seam::Seam;
 use super::sets::{AllTime, SetHeader};
 use super::state::{Active, State, TagDict};
 use super::SledEngine;
-use super::{codec, kinds, log, Event, Store, WriteBatch, FORMAT_VERSION};
-use crate::sketch::{BloomFilter, CountMin, HyperLogLog, Reservoir, Sketch, Theta};
+use super::{codec, kinds, log, Store, WriteBatch, FORMAT_VERSION, OLDEST_FORMAT};
+use crate::sketch::{BloomFilter, CountMin, HyperLogLog, Sketch, Theta};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -454,8 +454,10 @@ listed here"
             let meta = kinds::META.blob;
             let outcome: std::result::Result<(), String> = match name.as_str() {
                 "format" => match codec::decode::<u32>(meta, &bytes) {
-                    Ok(FORMAT_VERSION) => Ok(()),
-                    Ok(v) => Err(format!("format {v}, this build reads {FORMAT_VERSION}")),
+                    Ok(v) if (OLDEST_FORMAT..=FORMAT_VERSION).contains(&v) => Ok(()),
+                    Ok(v) => Err(format!(
+                        "format {v}, this build reads {OLDEST_FORMAT} to {FORMAT_VERSION}"
+                    )),
                     Err(e) => Err(e.to_string()),
                 },
                 "config" => Self::read_config(&self.engine)
@@ -597,7 +599,7 @@ listed here"
                         Part::CountMin => CountMin::decode(&bytes)
                             .map(|c| seen.cms_total = Some(c.total()))
                             .map_err(e),
-                        Part::Reservoir => Reservoir::<Event>::decode(&bytes)
+                        Part::Reservoir => super::sets::decode_reservoir(&bytes)
                             .map(|r| seen.reservoir_seen = Some(r.seen()))
                             .map_err(e),
                     }
@@ -1085,7 +1087,7 @@ from event {}",
 mod tests {
     use super::*;
     use crate::store::test_support::*;
-    use crate::store::{Config, Slice, TimeRange};
+    use crate::store::{Config, Event, Slice, TimeRange};
 
     const DAY0: i64 = 1_764_547_200_000;
 

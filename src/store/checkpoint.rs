@@ -8,7 +8,7 @@
 use super::engine::WriteBatch;
 use super::error::{Result, StoreError};
 use super::keys::{self, Part};
-use super::model::Event;
+use super::model::Sample;
 use super::sets::{AllTime, SetHeader};
 use super::state::{State, TagDict};
 use super::{codec, kinds, log, Store};
@@ -96,7 +96,7 @@ impl Store {
         tags: &TagDict,
         tag: u32,
         bucket: i64,
-        s: &SketchSet<Event>,
+        s: &SketchSet<Sample>,
         pos: u64,
     ) -> Result<()> {
         let name = |part: Part| self.blob_name(tags, part, tag, bucket);

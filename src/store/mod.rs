@@ -60,7 +60,8 @@ pub use engine::{Engine, EngineError, WriteBatch, VALUE_MAX};
 pub use error::{Result, StoreError};
 pub use import::Import;
 pub use model::{
-    lowercase_item, BucketWidth, Config, Event, Slice, TimeRange, MAX_TIME, MIN_TIME, RANGE_LIMIT,
+    lowercase_item, BucketWidth, Config, Event, Sample, Slice, TimeRange, MAX_TIME, MIN_TIME,
+    RANGE_LIMIT,
 };
 pub use state::MemoryUse;
 
@@ -74,12 +75,17 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-/// The on-disk format this build writes and the only one it reads. 3: Bloom filters (the
-/// all-time one too) and Count-Min sketches start in exact forms, a changed layout. 2: Count-Min
-/// rows hashed by independent SHA-256 words instead of double hashing (a version-1 store's
-/// Count-Min tables would be read under the wrong columns, so it is refused with its version
-/// named).
-pub const FORMAT_VERSION: u32 = 3;
+/// The on-disk format this build writes. 4: log blocks compressed (block layout 2) and
+/// reservoirs holding log sequence numbers ([`Sample`]); a build that reads only 3 would take
+/// those for damage, so the version tells it instead. 3: Bloom filters (the all-time one too)
+/// and Count-Min sketches start in exact forms, a changed layout. 2: Count-Min rows hashed by
+/// independent SHA-256 words instead of double hashing (a version-1 store's Count-Min tables
+/// would be read under the wrong columns, so it is refused with its version named).
+pub const FORMAT_VERSION: u32 = 4;
+/// The oldest format this build reads: a format-3 store differs only in what 4 added, and both
+/// forms of blocks and reservoirs are read. Opening one records it as format 4 before anything
+/// is written in the new forms.
+pub const OLDEST_FORMAT: u32 = 3;
 /// The blob kind of the store's metadata records (format version, config, checkpoint).
 pub const META_KIND: u8 = kinds::META.blob;
 
@@ -169,7 +175,7 @@ impl Store {
     ///
     /// A set not held for ingest is read from disk for the copy and not kept, so reads never
     /// grow the memory that [`Config::memory_budget`] bounds.
-    pub fn sketch_set(&self, slice: &Slice, time: i64) -> Result<Option<SketchSet<Event>>> {
+    pub fn sketch_set(&self, slice: &Slice, time: i64) -> Result<Option<SketchSet<Sample>>> {
         model::check_time(time).map_err(|reason| StoreError::InvalidArgument {
             what: "bucket time",
             value: format!("{time} ms"),

@@ -183,6 +183,12 @@ impl Default for Config {
 }
 
 impl Config {
+    /// Whether the log keeps every event for good (no retention), so that a reservoir may hold
+    /// sequence numbers into it ([`Sample::Logged`]) instead of events.
+    pub fn keeps_whole_log(&self) -> bool {
+        self.retention_ms.is_none()
+    }
+
     /// An item as this store keeps it (see `lowercase_items`).
     pub fn normalise_item<'a>(&self, item: &'a str) -> std::borrow::Cow<'a, str> {
         if self.lowercase_items && item.chars().any(char::is_uppercase) {
@@ -344,6 +350,27 @@ impl crate::sketch::HeapSize for Event {
     /// The strings' buffers, so a set's reservoir reports what its events hold.
     fn heap_bytes(&self) -> usize {
         self.item.heap_bytes() + self.tags.heap_bytes() + self.extra.heap_bytes()
+    }
+}
+
+/// An event as a set's reservoir holds it. A store that keeps its whole log holds the event's
+/// sequence number there (8 bytes instead of the event, which took a sampled set's reservoir
+/// from most of its bytes to a few KB) and reads the event back when a sample is asked for; a
+/// store with retention may drop the log under its samples, so it keeps the events themselves.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Sample {
+    /// The event's sequence number in the log.
+    Logged(u64),
+    /// The event itself.
+    Kept(Box<Event>),
+}
+
+impl crate::sketch::HeapSize for Sample {
+    fn heap_bytes(&self) -> usize {
+        match self {
+            Sample::Logged(_) => 0,
+            Sample::Kept(e) => std::mem::size_of::<Event>() + e.heap_bytes(),
+        }
     }
 }
 

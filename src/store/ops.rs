@@ -9,9 +9,9 @@
 use super::keys::{self, Part};
 use super::log::{self, ItemRef, LogEvent};
 use super::state::State;
-use super::{Event, Result, Slice, Store, StoreError, TimeRange};
+use super::{Event, Result, Sample, Slice, Store, StoreError, TimeRange};
 use crate::hash::ShaWords;
-use crate::sketch::{CountMin, HyperLogLog, Presence, Reservoir, Sketch, Theta, TopEntry};
+use crate::sketch::{CountMin, HyperLogLog, Presence, Sketch, Theta, TopEntry};
 use rand::Rng;
 use std::collections::HashMap;
 
@@ -543,12 +543,7 @@ impl Store {
             for &b in &buckets {
                 let r = match st.sets.get(&(tag, b)) {
                     Some(a) => a.set.reservoir.clone(),
-                    None => match self.read_part::<Reservoir<Event>>(
-                        &st.tags,
-                        Part::Reservoir,
-                        tag,
-                        b,
-                    )? {
+                    None => match self.read_reservoir(&st.tags, tag, b)? {
                         Some(r) => r,
                         None => continue,
                     },
@@ -575,11 +570,53 @@ impl Store {
             }
             remaining -= 1;
         }
-        let mut out = Vec::with_capacity(draws);
+        let mut picked = Vec::with_capacity(draws);
         for (r, &c) in reservoirs.iter().zip(&per_bucket) {
-            out.extend(r.pick(c, rng).into_iter().cloned());
+            picked.extend(r.pick(c, rng).into_iter().cloned());
         }
-        Ok((out, read))
+        let mut st = self.lock()?;
+        Ok((self.resolve_samples(&mut st, picked)?, read))
+    }
+
+    /// The events `samples` stand for, in their order: kept ones as they are, logged ones read
+    /// back from the log in one pass over the blocks that hold them.
+    fn resolve_samples(&self, st: &mut State, samples: Vec<Sample>) -> Result<Vec<Event>> {
+        let mut wanted: Vec<u64> = samples
+            .iter()
+            .filter_map(|s| match s {
+                Sample::Logged(seq) => Some(*seq),
+                Sample::Kept(_) => None,
+            })
+            .collect();
+        let mut found: HashMap<u64, Event> = HashMap::with_capacity(wanted.len());
+        if !wanted.is_empty() {
+            wanted.sort_unstable();
+            wanted.dedup();
+            // A sampled event may still be in the open block.
+            self.write_pending(st)?;
+            let tags = &st.tags;
+            let holds = |info: &log::BlockInfo| {
+                let at = wanted.partition_point(|&seq| seq < info.first_seq);
+                wanted.get(at).is_some_and(|&seq| seq < info.end_seq())
+            };
+            self.for_each_block(holds, &|| false, |ev| {
+                if wanted.binary_search(&ev.seq).is_ok() {
+                    found.insert(ev.seq, Self::to_event(ev, tags));
+                }
+            })?;
+        }
+        samples
+            .into_iter()
+            .map(|s| match s {
+                Sample::Kept(event) => Ok(*event),
+                Sample::Logged(seq) => {
+                    found.remove(&seq).ok_or_else(|| StoreError::DamagedLog {
+                        name: format!("log event {seq}"),
+                        detail: "a reservoir samples it but the log does not hold it".into(),
+                    })
+                }
+            })
+            .collect()
     }
 
     /// Whether every raw event of the range is still in the log (retention may have dropped the
@@ -714,5 +751,148 @@ impl Store {
     /// The compact form of an item, to compare with [`LogEvent::item`] without decoding.
     pub fn item_key<'a>(item: &'a str, buf: &'a mut [u8; 20]) -> ItemRef<'a> {
         ItemRef::of(item, buf)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::sketch::{Reservoir, Sketch};
+    use crate::store::keys::{self, Part};
+    use crate::store::test_support::*;
+    use crate::store::*;
+    use rand::rngs::StdRng;
+    use rand::SeedableRng;
+    use std::collections::BTreeSet;
+
+    /// `n` events from `first` with extra fields, as users' lines carry them.
+    fn with_extra(first: u64, n: u64) -> Vec<Event> {
+        events(first, n)
+            .into_iter()
+            .enumerate()
+            .map(|(i, e)| Event {
+                extra: format!("{{\"amount\":{},\"hash\":\"h{}\"}}", i * 7, first + i as u64),
+                ..e
+            })
+            .collect()
+    }
+
+    fn key(e: &Event) -> (i64, String, Vec<(String, String)>, String) {
+        (e.time, e.item.clone(), e.tags.clone(), e.extra.clone())
+    }
+
+    /// A sample must be `n` distinct events, every one of them ingested, whole (tags and extra
+    /// fields as they came in).
+    fn assert_sample_of(store: &Store, ingested: &[Event], n: usize) {
+        let all: BTreeSet<_> = ingested.iter().map(key).collect();
+        let mut rng = StdRng::seed_from_u64(3);
+        let (got, _) = store
+            .sample(&Slice::Whole, &TimeRange::all(), n, &mut rng)
+            .expect("sample");
+        assert_eq!(got.len(), n);
+        let picked: BTreeSet<_> = got.iter().map(key).collect();
+        assert_eq!(picked.len(), n, "a sample repeats an event");
+        for e in &got {
+            assert!(all.contains(&key(e)), "{e:?} was never ingested");
+        }
+    }
+
+    fn whole_reservoir(store: &Store) -> Reservoir<Sample> {
+        let st = store.lock().expect("lock");
+        let bucket = store.config.bucket.bucket_of(events(0, 1)[0].time);
+        match st.sets.get(&(keys::WHOLE, bucket)) {
+            Some(a) => a.set.reservoir.clone(),
+            None => store
+                .read_reservoir(&st.tags, keys::WHOLE, bucket)
+                .expect("read")
+                .expect("stored"),
+        }
+    }
+
+    /// Without retention the log keeps every event, so reservoirs hold sequence numbers and a
+    /// sample reads its events back from the log: from the open block before any flush, and
+    /// from disk after a reopen. The stored reservoir is then a few bytes per slot.
+    #[test]
+    fn samples_of_a_store_keeping_its_log_are_read_back_from_it() {
+        let dir = tempdir("sample-refs");
+        let store = Store::create(&dir, config()).expect("create");
+        let ingested = with_extra(0, 3 * log::BLOCK_EVENTS as u64 + 100);
+        store.ingest_batch(&ingested).expect("ingest");
+        let r = whole_reservoir(&store);
+        assert!(r.items().iter().all(|s| matches!(s, Sample::Logged(_))));
+        // Nothing flushed: some sampled events are only in the open block.
+        assert_sample_of(&store, &ingested, 50);
+        store.checkpoint().expect("checkpoint");
+        drop(store);
+        let store = Store::open(&dir).expect("reopen");
+        assert_sample_of(&store, &ingested, 50);
+        let bucket = store.config.bucket.bucket_of(ingested[0].time);
+        let stored = store
+            .engine
+            .get(&keys::sketch(Part::Reservoir, keys::WHOLE, bucket))
+            .expect("get")
+            .expect("a stored reservoir")
+            .len();
+        // 50 slots × (4-byte variant + 8-byte sequence number) plus the frame and state.
+        assert!(stored < 50 * 12 + 100, "{stored} bytes");
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// With retention the log may lose a sampled event, so the reservoir keeps events whole.
+    #[test]
+    fn a_store_with_retention_keeps_sampled_events_themselves() {
+        let dir = tempdir("sample-kept");
+        let c = Config {
+            retention_ms: Some(30 * model::DAY_MS),
+            ..config()
+        };
+        let store = Store::create(&dir, c).expect("create");
+        let ingested = with_extra(0, 2_000);
+        store.ingest_batch(&ingested).expect("ingest");
+        let r = whole_reservoir(&store);
+        assert_eq!(r.items().len(), 50);
+        assert!(r.items().iter().all(|s| matches!(s, Sample::Kept(_))));
+        assert_sample_of(&store, &ingested, 50);
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A format-3 store holds reservoirs of whole events: they are read as kept samples, the
+    /// store is recorded as format 4 on open, and it checks clean.
+    #[test]
+    fn a_format_three_store_is_read_and_recorded_as_format_four() {
+        let dir = tempdir("format-3");
+        let store = Store::create(&dir, config()).expect("create");
+        let ingested = with_extra(0, 2_000);
+        store.ingest_batch(&ingested).expect("ingest");
+        store.checkpoint().expect("checkpoint");
+        // The reservoir as format 3 wrote it: the same slots holding the events themselves.
+        let by_seq = ingested.clone();
+        let old: Reservoir<Event> = whole_reservoir(&store).map(|s| match s {
+            Sample::Logged(seq) => by_seq[seq as usize].clone(),
+            Sample::Kept(e) => *e,
+        });
+        let bucket = store.config.bucket.bucket_of(ingested[0].time);
+        poke(
+            &store,
+            &keys::sketch(Part::Reservoir, keys::WHOLE, bucket),
+            Some(old.encode().expect("encode")),
+        );
+        poke(
+            &store,
+            &keys::meta("format"),
+            Some(Store::blob(&dir, &3u32).expect("blob")),
+        );
+        drop(store);
+        let store = Store::open(&dir).expect("a format-3 store opens");
+        let format: Option<u32> = Store::read_meta(&store.engine, "format").expect("read");
+        assert_eq!(format, Some(FORMAT_VERSION));
+        let r = whole_reservoir(&store);
+        assert!(r.items().iter().all(|s| matches!(s, Sample::Kept(_))));
+        assert_sample_of(&store, &ingested, 50);
+        let report = store.check().expect("check");
+        assert!(report.damaged.is_empty(), "{:?}", report.damaged);
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

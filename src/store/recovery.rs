@@ -12,7 +12,7 @@ use super::model::{self, Config, Event};
 use super::seam::Seam;
 use super::sets::AllTime;
 use super::state::{State, TagDict};
-use super::{codec, keys, kinds, log, ops, Store, FORMAT_VERSION};
+use super::{codec, keys, kinds, log, ops, Store, FORMAT_VERSION, OLDEST_FORMAT};
 use crate::hash::Item;
 use crate::sketch::{ScalableBloom, Sketch};
 use rustc_hash::FxHashMap;
@@ -78,6 +78,17 @@ impl Store {
         state.acked = Ack::verify(&engine, state.next_seq)?;
         // Before anything new is written at these positions.
         Self::remove_orphan_blocks(&engine, state.next_seq)?;
+        // Before anything is written in this build's forms, which an older build cannot read.
+        if Self::read_meta::<u32>(&engine, "format")? != Some(FORMAT_VERSION) {
+            let mut batch = super::WriteBatch::default();
+            engine.put(
+                &mut batch,
+                keys::meta("format"),
+                Self::blob(engine.path(), &FORMAT_VERSION)?,
+            )?;
+            engine.apply(batch)?;
+            engine.sync()?;
+        }
         let store = Store {
             path: engine.path().to_path_buf(),
             engine,
@@ -106,7 +117,7 @@ impl Store {
             Some(v) => v,
             None => return Err(StoreError::NotAStore { path }),
         };
-        if version != FORMAT_VERSION {
+        if !(OLDEST_FORMAT..=FORMAT_VERSION).contains(&version) {
             return Err(StoreError::UnsupportedVersion {
                 path,
                 found: version,
@@ -262,7 +273,9 @@ impl Store {
                 let clock = st.clock;
                 if let Some(active) = st.sets.get_mut(&(tag, bucket)) {
                     if seq >= active.log_pos {
-                        active.set.update(&item, || event.clone());
+                        active
+                            .set
+                            .update(&item, || self.sample_of(seq, || event.clone()));
                         active.log_pos = seq + 1;
                         active.dirty = true;
                         active.last_used = clock;

@@ -125,9 +125,9 @@ impl Store {
         let first_seq = st.next_seq;
         for (key, which) in &routes {
             if let Some(active) = st.sets.get_mut(key) {
-                active
-                    .set
-                    .update_batch(&items, which, |i| events[i].clone());
+                active.set.update_batch(&items, which, |i| {
+                    self.sample_of(first_seq + i as u64, || events[i].clone())
+                });
                 if let Some(&last) = which.last() {
                     active.log_pos = first_seq + last as u64 + 1;
                 }

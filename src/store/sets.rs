@@ -6,11 +6,12 @@
 
 use super::error::{Result, StoreError};
 use super::keys::{self, Part};
-use super::model::Event;
+use super::model::{Event, Sample};
 use super::state::{Active, State, TagDict};
 use super::{codec, kinds, Store};
 use crate::sketch::{
-    BloomFilter, CountMin, HyperLogLog, Reservoir, ScalableBloom, Sketch, SketchSet, Theta,
+    BloomFilter, CountMin, HyperLogLog, Reservoir, ScalableBloom, Sketch, SketchError, SketchSet,
+    Theta,
 };
 use serde::{Deserialize, Serialize};
 
@@ -62,6 +63,35 @@ impl Store {
                 name: self.blob_name(tags, part, tag, bucket),
                 source,
             })
+    }
+
+    /// Reads a set's stored reservoir, checking it (see [`decode_reservoir`]).
+    pub(crate) fn read_reservoir(
+        &self,
+        tags: &TagDict,
+        tag: u32,
+        bucket: i64,
+    ) -> Result<Option<Reservoir<Sample>>> {
+        let Some(bytes) = self.engine.get(&keys::sketch(Part::Reservoir, tag, bucket))? else {
+            return Ok(None);
+        };
+        decode_reservoir(&bytes)
+            .map(Some)
+            .map_err(|source| StoreError::Damaged {
+                name: self.blob_name(tags, Part::Reservoir, tag, bucket),
+                source,
+            })
+    }
+
+    /// What a set's reservoir holds for the event at `seq`: its sequence number where the log
+    /// keeps it for good, else the event, built by `event` (only if the reservoir keeps it).
+    #[inline]
+    pub(super) fn sample_of(&self, seq: u64, event: impl FnOnce() -> Event) -> Sample {
+        if self.config.keeps_whole_log() {
+            Sample::Logged(seq)
+        } else {
+            Sample::Kept(Box::new(event()))
+        }
     }
 
     pub(crate) fn read_header(
@@ -141,7 +171,7 @@ impl Store {
     }
 
     /// A new, empty set for (tag, bucket), its reservoir seeded as [`Store::seed_samples`] asks.
-    pub(super) fn empty_set(&self, tag: u32, bucket: i64) -> Result<SketchSet<Event>> {
+    pub(super) fn empty_set(&self, tag: u32, bucket: i64) -> Result<SketchSet<Sample>> {
         match self.set_seed(tag, bucket, 0) {
             Some(seed) => SketchSet::with_seed(&self.config.sketches, seed),
             None => SketchSet::new(&self.config.sketches),
@@ -156,7 +186,7 @@ impl Store {
         tags: &TagDict,
         tag: u32,
         bucket: i64,
-    ) -> Result<Option<(SketchSet<Event>, u64)>> {
+    ) -> Result<Option<(SketchSet<Sample>, u64)>> {
         let Some((events, log_pos)) = self.read_header(tags, tag, bucket)? else {
             return Ok(None);
         };
@@ -178,7 +208,7 @@ impl Store {
                 .read_part::<CountMin>(tags, Part::CountMin, tag, bucket)?
                 .ok_or_else(|| missing(Part::CountMin))?,
             reservoir: self
-                .read_part::<Reservoir<Event>>(tags, Part::Reservoir, tag, bucket)?
+                .read_reservoir(tags, tag, bucket)?
                 .ok_or_else(|| missing(Part::Reservoir))?,
             events,
         };
@@ -187,5 +217,19 @@ impl Store {
             source,
         })?;
         Ok(Some((set, log_pos)))
+    }
+}
+
+/// Decodes a stored reservoir: of [`Sample`]s, or of whole events as format-3 stores wrote them
+/// (read as [`Sample::Kept`]). A reservoir with no events has the same bytes in both; any other
+/// blob of one layout fails to decode in the other (bincode rejects trailing bytes, and the two
+/// differ by a variant tag per event), so the fallback cannot misread one as the other.
+pub(crate) fn decode_reservoir(bytes: &[u8]) -> std::result::Result<Reservoir<Sample>, SketchError> {
+    match Reservoir::<Sample>::decode(bytes) {
+        Ok(r) => Ok(r),
+        Err(current) => match Reservoir::<Event>::decode(bytes) {
+            Ok(old) => Ok(old.map(|e| Sample::Kept(Box::new(e)))),
+            Err(_) => Err(current),
+        },
     }
 }

@@ -5,14 +5,14 @@
 //! Owns: the [`State`] behind the store's mutex and its bookkeeping. Must not: do I/O (loading
 //! and writing sets is `sets`, `checkpoint` and `import`'s business).
 
-use super::model::Event;
+use super::model::Sample;
 use super::{log, ops, Store};
 use crate::sketch::{ScalableBloom, Sketch, SketchSet};
 use rustc_hash::FxHashMap;
 use std::collections::HashMap;
 
 pub(crate) struct Active {
-    pub(crate) set: SketchSet<Event>,
+    pub(crate) set: SketchSet<Sample>,
     /// Events with sequence numbers below this are in `set` (as stored or replayed).
     pub(super) log_pos: u64,
     pub(super) dirty: bool,
