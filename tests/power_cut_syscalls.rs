@@ -633,12 +633,37 @@ fn tempdir(name: &str) -> PathBuf {
 /// `count` JSONL events from number `first` on, over `days` days, three chains and a pool of
 /// 2,000 wallets (so Count-Min and Top-K see repeats).
 fn events(first: u64, count: u64, days: u64) -> String {
+    events_with(first, count, days, false)
+}
+
+/// [`events`], each with a transaction hash of 64 pseudo-random hex digits when `hashed`: what
+/// users' lines carry, and what compression cannot take out of the log, so the third ingest
+/// grows sled's file past its first segment.
+fn events_with(first: u64, count: u64, days: u64, hashed: bool) -> String {
     let mut out = String::new();
     for n in first..first + count {
         let day = 1 + (n * 7_919) % days;
         let second = (n * 104_729) % 86_400;
+        let hash = if hashed {
+            let word = |k: u64| {
+                // SplitMix64's finaliser: a fixed, well-mixed word per (event, k).
+                let mut z = (n * 4 + k).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+                z ^ (z >> 31)
+            };
+            format!(
+                ",\"hash\":\"0x{:016x}{:016x}{:016x}{:016x}\"",
+                word(0),
+                word(1),
+                word(2),
+                word(3)
+            )
+        } else {
+            String::new()
+        };
         out.push_str(&format!(
-            "{{\"time\":\"2026-10-{day:02}T{:02}:{:02}:{:02}Z\",\"wallet\":\"0x{:040x}\",\"chain\":\"{}\"}}\n",
+            "{{\"time\":\"2026-10-{day:02}T{:02}:{:02}:{:02}Z\",\"wallet\":\"0x{:040x}\",\"chain\":\"{}\"{hash}}}\n",
             second / 3_600,
             second / 60 % 60,
             second % 60,
@@ -725,7 +750,7 @@ fn every_file_and_directory_an_ingest_changes_is_fsynced_before_it_reports_succe
     let first = input("first.jsonl", events(0, 3_000, 5));
     let second = input("second.jsonl", events(3_000, 3_000, 5));
     // Thirty days make ninety new sketch sets, which grow sled's file by several segments.
-    let third = input("third.jsonl", events(6_000, 30_000, 30));
+    let third = input("third.jsonl", events_with(6_000, 300_000, 30, true));
 
     let mut runs = vec![traced(
         &dir,

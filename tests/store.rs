@@ -224,7 +224,8 @@ fn a_format_1_store_is_refused_by_name_not_misread() {
             err,
             StoreError::UnsupportedVersion {
                 found: 1,
-                supported: 3,
+                oldest: 3,
+                supported: 4,
                 ..
             }
         ),
@@ -233,7 +234,7 @@ fn a_format_1_store_is_refused_by_name_not_misread() {
     let msg = err.to_string();
     assert!(
         msg.contains("version 1")
-            && msg.contains("version 3")
+            && msg.contains("versions 3 to 4")
             && msg.contains(&dir.display().to_string()),
         "{msg}"
     );

@@ -10,10 +10,13 @@ pub enum StoreError {
     NotAStore { path: PathBuf },
     #[error("{path}: a store already exists here")]
     AlreadyExists { path: PathBuf },
-    #[error("{path}: store format version {found} is not supported (this build reads version {supported})")]
+    #[error("{path}: store format version {found} is not supported (this build reads versions {oldest} to {supported})")]
     UnsupportedVersion {
         path: PathBuf,
         found: u32,
+        /// The oldest format this build reads.
+        oldest: u32,
+        /// The format this build writes.
         supported: u32,
     },
     #[error("{path}: the store is already open for writing by another process")]

@@ -633,7 +633,13 @@ mod tests {
         let (events, tags) = sample_events();
         let mut b = BlockBuilder::new(77);
         for (e, t) in events.iter().zip(&tags) {
-            b.push(e.time, &e.item, crate::hash::murmur(e.item.as_bytes())[0], t, &e.extra);
+            b.push(
+                e.time,
+                &e.item,
+                crate::hash::murmur(e.item.as_bytes())[0],
+                t,
+                &e.extra,
+            );
         }
         let (v2, info) = b.finish().expect("encode");
         let v1 = codec::frame_parts(BLOCK_KIND, &[&info.header(), &b.body]).expect("frame");
@@ -641,7 +647,13 @@ mod tests {
         let read = |blob: &[u8]| {
             let mut out = Vec::new();
             let got = decode_block(blob, |e| {
-                out.push((e.seq, e.time, e.item.to_text(), e.tag_ids().to_vec(), e.extra.to_vec()))
+                out.push((
+                    e.seq,
+                    e.time,
+                    e.item.to_text(),
+                    e.tag_ids().to_vec(),
+                    e.extra.to_vec(),
+                ))
             })
             .expect("decode");
             (got, out)

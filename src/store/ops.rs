@@ -609,12 +609,10 @@ impl Store {
             .into_iter()
             .map(|s| match s {
                 Sample::Kept(event) => Ok(*event),
-                Sample::Logged(seq) => {
-                    found.remove(&seq).ok_or_else(|| StoreError::DamagedLog {
-                        name: format!("log event {seq}"),
-                        detail: "a reservoir samples it but the log does not hold it".into(),
-                    })
-                }
+                Sample::Logged(seq) => found.remove(&seq).ok_or_else(|| StoreError::DamagedLog {
+                    name: format!("log event {seq}"),
+                    detail: "a reservoir samples it but the log does not hold it".into(),
+                }),
             })
             .collect()
     }
@@ -770,7 +768,11 @@ mod tests {
             .into_iter()
             .enumerate()
             .map(|(i, e)| Event {
-                extra: format!("{{\"amount\":{},\"hash\":\"h{}\"}}", i * 7, first + i as u64),
+                extra: format!(
+                    "{{\"amount\":{},\"hash\":\"h{}\"}}",
+                    i * 7,
+                    first + i as u64
+                ),
                 ..e
             })
             .collect()

@@ -121,6 +121,7 @@ impl Store {
             return Err(StoreError::UnsupportedVersion {
                 path,
                 found: version,
+                oldest: OLDEST_FORMAT,
                 supported: FORMAT_VERSION,
             });
         }

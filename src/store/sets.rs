@@ -72,7 +72,10 @@ impl Store {
         tag: u32,
         bucket: i64,
     ) -> Result<Option<Reservoir<Sample>>> {
-        let Some(bytes) = self.engine.get(&keys::sketch(Part::Reservoir, tag, bucket))? else {
+        let Some(bytes) = self
+            .engine
+            .get(&keys::sketch(Part::Reservoir, tag, bucket))?
+        else {
             return Ok(None);
         };
         decode_reservoir(&bytes)
@@ -224,7 +227,9 @@ impl Store {
 /// (read as [`Sample::Kept`]). A reservoir with no events has the same bytes in both; any other
 /// blob of one layout fails to decode in the other (bincode rejects trailing bytes, and the two
 /// differ by a variant tag per event), so the fallback cannot misread one as the other.
-pub(crate) fn decode_reservoir(bytes: &[u8]) -> std::result::Result<Reservoir<Sample>, SketchError> {
+pub(crate) fn decode_reservoir(
+    bytes: &[u8],
+) -> std::result::Result<Reservoir<Sample>, SketchError> {
     match Reservoir::<Sample>::decode(bytes) {
         Ok(r) => Ok(r),
         Err(current) => match Reservoir::<Event>::decode(bytes) {
