@@ -563,13 +563,13 @@ mod tests {
         (events, tags)
     }
 
-    #[test]
-    fn blocks_round_trip_exactly() {
-        let (events, tags) = sample_events();
-        let (blob, info) = encode_block(500, &events, &tags).expect("encode");
-        let mut back = Vec::new();
-        let decoded = decode_block(&blob, |e| {
-            back.push((
+    type Decoded = (u64, i64, String, Vec<u32>, Vec<u8>);
+
+    /// A block's summary and its events as owned values.
+    fn decoded(blob: &[u8]) -> (BlockInfo, Vec<Decoded>) {
+        let mut out = Vec::new();
+        let info = decode_block(blob, |e| {
+            out.push((
                 e.seq,
                 e.time,
                 e.item.to_text(),
@@ -578,6 +578,14 @@ mod tests {
             ))
         })
         .expect("decode");
+        (info, out)
+    }
+
+    #[test]
+    fn blocks_round_trip_exactly() {
+        let (events, tags) = sample_events();
+        let (blob, info) = encode_block(500, &events, &tags).expect("encode");
+        let (decoded, back) = decoded(&blob);
         assert_eq!(decoded, info);
         assert_eq!(info.count, 1_000);
         assert_eq!(back.len(), events.len());
@@ -644,22 +652,8 @@ mod tests {
         let (v2, info) = b.finish().expect("encode");
         let v1 = codec::frame_parts(BLOCK_KIND, &[&info.header(), &b.body]).expect("frame");
         assert!(v2.len() < v1.len(), "{} against {}", v2.len(), v1.len());
-        let read = |blob: &[u8]| {
-            let mut out = Vec::new();
-            let got = decode_block(blob, |e| {
-                out.push((
-                    e.seq,
-                    e.time,
-                    e.item.to_text(),
-                    e.tag_ids().to_vec(),
-                    e.extra.to_vec(),
-                ))
-            })
-            .expect("decode");
-            (got, out)
-        };
-        let (info1, events1) = read(&v1);
-        let (info2, events2) = read(&v2);
+        let (info1, events1) = decoded(&v1);
+        let (info2, events2) = decoded(&v2);
         assert_eq!(info1, info);
         assert_eq!(info2, info);
         assert_eq!(events1.len(), events.len());
