@@ -243,6 +243,153 @@ fn theta(c: &mut Criterion) {
     g.finish();
 }
 
+/// Issue 14, item 4: the official Apache DataSketches crate's HLL and Theta against ours, in the
+/// same run and on the same items: the numbers that decide whether a family uses the crate
+/// (within 1.3× of ours) or keeps our own. HLL at p = lg_k = 14 in HLL_8 (our registers are
+/// bytes too), Theta at k = 4,096 (lg_k 12), both warmed to estimation mode first.
+fn datasketches_peer(c: &mut Criterion) {
+    use datasketches::hash::value::raw_bytes;
+    use datasketches::hll::{Coupon, HllSketch, HllType, HllUnion};
+    use datasketches::theta::{ThetaSketch, ThetaSketchBuilder, ThetaUnionBuilder};
+
+    let items = wallets(20, BATCH);
+    let warm = wallets(21, 200_000);
+    let ds_hll = |ws: &[String]| {
+        let mut h = HllSketch::new(14, HllType::Hll8).expect("lg_k");
+        for w in ws {
+            h.update(raw_bytes::from_str(w));
+        }
+        h
+    };
+    let ds_theta = |ws: &[String]| -> ThetaSketch {
+        let mut t = ThetaSketchBuilder::default()
+            .lg_k(12)
+            .build()
+            .expect("lg_k");
+        for w in ws {
+            t.update(raw_bytes::from_str(w));
+        }
+        t
+    };
+
+    let mut g = c.benchmark_group("vs-datasketches-hll-update");
+    g.throughput(Throughput::Elements(BATCH as u64));
+    let mut ours = dense_hll(21, 200_000);
+    let mut theirs = ds_hll(&warm);
+    let hashed: Vec<[u64; 2]> = items.iter().map(|w| murmur(w.as_bytes())).collect();
+    let coupons: Vec<Coupon> = items
+        .iter()
+        .map(|w| Coupon::from_value(raw_bytes::from_str(w)))
+        .collect();
+    g.bench_function("ours update_murmur (precomputed hash)", |b| {
+        b.iter(|| {
+            for h in &hashed {
+                ours.update_murmur(*h);
+            }
+        })
+    });
+    g.bench_function(
+        "datasketches update_with_coupon (precomputed coupon)",
+        |b| {
+            b.iter(|| {
+                for &cp in &coupons {
+                    theirs.update_with_coupon(cp);
+                }
+            })
+        },
+    );
+    g.bench_function("ours update (murmur3 included)", |b| {
+        b.iter(|| {
+            for w in &items {
+                ours.update_murmur(murmur(w.as_bytes()));
+            }
+        })
+    });
+    g.bench_function("datasketches update (murmur3 included)", |b| {
+        b.iter(|| {
+            for w in &items {
+                theirs.update(raw_bytes::from_str(w));
+            }
+        })
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("vs-datasketches-hll-merge");
+    let (a, b2) = (dense_hll(22, 1_000_000), dense_hll(23, 1_000_000));
+    let (da, db) = (
+        ds_hll(&wallets(22, 1_000_000)),
+        ds_hll(&wallets(23, 1_000_000)),
+    );
+    println!(
+        "HLL of 1M wallets: ours {:.0}, datasketches {:.0} (HIP) / {:.0} (composite)",
+        a.estimate().value,
+        da.estimate(),
+        da.composite_estimate()
+    );
+    g.bench_function("ours merge dense+dense", |b| {
+        b.iter_batched_ref(
+            || a.clone(),
+            |d| d.merge(&b2).expect("merge"),
+            BatchSize::SmallInput,
+        )
+    });
+    g.bench_function("datasketches HllUnion of two, to HLL_8", |b| {
+        b.iter(|| {
+            let mut u = HllUnion::new(14).expect("lg_k");
+            u.update(&da);
+            u.update(&db);
+            black_box(u.to_sketch(HllType::Hll8))
+        })
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("vs-datasketches-theta-update");
+    g.throughput(Throughput::Elements(BATCH as u64));
+    let mut ours = theta_of(24, 1_000_000);
+    let mut theirs = ds_theta(&wallets(24, 1_000_000));
+    g.bench_function("ours update (murmur3 included)", |b| {
+        b.iter(|| {
+            for w in &items {
+                ours.update_murmur(murmur(w.as_bytes()));
+            }
+        })
+    });
+    g.bench_function("datasketches update (murmur3 included)", |b| {
+        b.iter(|| {
+            for w in &items {
+                theirs.update(raw_bytes::from_str(w));
+            }
+        })
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("vs-datasketches-theta-union");
+    let (a, b2) = (theta_of(25, 1_000_000), theta_of(26, 1_000_000));
+    let (da, db) = (
+        ds_theta(&wallets(25, 1_000_000)).compact(true),
+        ds_theta(&wallets(26, 1_000_000)).compact(true),
+    );
+    println!(
+        "Theta of 1M wallets: ours {:.0} ({} retained), datasketches {:.0} ({} retained)",
+        a.estimate().value,
+        a.retained(),
+        da.estimate(),
+        da.num_retained()
+    );
+    g.bench_function("ours union of two (k=4096)", |b| {
+        b.iter(|| black_box(Theta::union([&a, &b2])))
+    });
+    g.bench_function("datasketches ThetaUnion of two compact (lg_k 12)", |b| {
+        b.iter(|| {
+            let mut u = ThetaUnionBuilder::default().lg_k(12).build().expect("lg_k");
+            u.update(&da).expect("union");
+            u.update(&db).expect("union");
+            black_box(u.to_sketch(true))
+        })
+    });
+    g.finish();
+}
+
 fn countmin(c: &mut Criterion) {
     let items = wallets(13, BATCH);
     let mut g = c.benchmark_group("countmin");
@@ -502,5 +649,6 @@ fn main() {
     countmin(&mut c);
     reservoir(&mut c);
     sketch_sets(&mut c);
+    datasketches_peer(&mut c);
     c.final_summary();
 }
