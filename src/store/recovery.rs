@@ -79,6 +79,7 @@ impl Store {
         // Before anything new is written at these positions.
         Self::remove_orphan_blocks(&engine, state.next_seq)?;
         let store = Store {
+            holder: Mutex::new(None),
             path: engine.path().to_path_buf(),
             engine,
             config,
