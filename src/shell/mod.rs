@@ -16,6 +16,7 @@
 
 pub mod helper;
 pub mod render;
+pub mod serve;
 
 use crate::query::{parse, QueryError, Session, Statement};
 use crate::store::Store;
@@ -48,6 +49,9 @@ pub struct ShellOptions {
 pub enum ShellError {
     #[error("terminal: {0}")]
     Terminal(String),
+    /// The process holding the store, which this REPL read through, stopped answering.
+    #[error("{0}; start the REPL again to open the store")]
+    Holder(String),
 }
 
 impl From<ReadlineError> for ShellError {
@@ -85,10 +89,20 @@ enum Flow {
     Exit,
 }
 
+/// Where the REPL's answers come from.
+enum Backend<'s> {
+    /// The store, held by this process.
+    Local {
+        store: &'s Store,
+        session: Box<Session<'s>>,
+    },
+    /// The process holding the store, over its socket: read-only, in a session of its own.
+    Remote(serve::Client),
+}
+
 /// The REPL's state between statements.
 struct Shell<'s> {
-    store: &'s Store,
-    session: Session<'s>,
+    backend: Backend<'s>,
     /// The session's cancel flag, which SIGINT sets.
     cancel: Arc<AtomicBool>,
     editor: Editor<ShellHelper, DefaultHistory>,
@@ -100,6 +114,40 @@ struct Shell<'s> {
 
 /// Runs the REPL until Ctrl-D or `exit`.
 pub fn run(store: &Store, options: ShellOptions) -> Result<(), ShellError> {
+    let mut session = Session::new(store);
+    if options.now.is_some() {
+        session.now = options.now;
+    }
+    let words = vocabulary(store, &Vocabulary::default());
+    let session = Box::new(session);
+    start(Backend::Local { store, session }, words, options)
+}
+
+/// Runs the REPL on a store another process holds, asking every statement through `client`
+/// (see [`serve`]): it reads as the local REPL does, prints the same, and cannot write.
+/// Ctrl-C does not reach a query running in the holder.
+pub fn run_remote(mut client: serve::Client, options: ShellOptions) -> Result<(), ShellError> {
+    if let Some(now) = options.now {
+        let date = chrono::DateTime::from_timestamp_millis(now)
+            .map(|t| t.format("%Y-%m-%dT%H").to_string())
+            .unwrap_or_default();
+        client
+            .ask(&format!("SET NOW = {date}"))
+            .map_err(|e| ShellError::Holder(e.to_string()))?;
+    }
+    let words = client
+        .vocabulary()
+        .map_err(|e| ShellError::Holder(e.to_string()))?;
+    let h = &client.holder;
+    let note = format!(
+        "{} is held by pid {} (`{}`); reading through it (read-only)",
+        options.name, h.pid, h.command
+    );
+    let _ = writeln!(std::io::stderr(), "{}", render::dim(&note, options.colour));
+    start(Backend::Remote(client), words, options)
+}
+
+fn start(backend: Backend<'_>, words: Vocabulary, options: ShellOptions) -> Result<(), ShellError> {
     let config = Config::builder()
         .auto_add_history(false)
         .history_ignore_dups(true)?
@@ -112,19 +160,16 @@ pub fn run(store: &Store, options: ShellOptions) -> Result<(), ShellError> {
         })
         .build();
     let mut editor = Editor::<ShellHelper, DefaultHistory>::with_config(config)?;
-    editor.set_helper(Some(ShellHelper::new(
-        vocabulary(store, &Vocabulary::default()),
-        options.colour,
-    )));
-    let mut session = Session::new(store);
-    if options.now.is_some() {
-        session.now = options.now;
-    }
-    let cancel = session.cancel_handle();
+    editor.set_helper(Some(ShellHelper::new(words, options.colour)));
+    let cancel = match &backend {
+        Backend::Local { session, .. } => session.cancel_handle(),
+        // Set by Ctrl-C as for a local query, so a second Ctrl-C during a query ends the
+        // REPL; the query in the holder runs on.
+        Backend::Remote(_) => Arc::new(AtomicBool::new(false)),
+    };
     let mut shell = Shell {
-        store,
-        session,
-        cancel: Arc::clone(&cancel),
+        backend,
+        cancel,
         editor,
         options,
         json: false,
@@ -238,7 +283,12 @@ impl Shell<'_> {
             .helper()
             .map(|h| h.vocabulary().clone())
             .unwrap_or_default();
-        let fresh = vocabulary(self.store, &old);
+        let fresh = match &mut self.backend {
+            Backend::Local { store, .. } => vocabulary(store, &old),
+            // Completion is a convenience: a failure keeps the old words (the next statement
+            // reports a holder that went away).
+            Backend::Remote(client) => client.vocabulary().unwrap_or(old),
+        };
         if let Some(h) = self.editor.helper_mut() {
             h.set_vocabulary(fresh);
         }
@@ -274,9 +324,42 @@ impl Shell<'_> {
 
     /// Runs one statement and prints its answer (or error) and how long it took.
     fn execute(&mut self, statement: &str) -> Result<(), ShellError> {
+        let session = match &mut self.backend {
+            Backend::Local { session, .. } => session,
+            Backend::Remote(client) => {
+                let colour = self.options.colour;
+                let started = Instant::now();
+                let reply = client
+                    .ask(statement)
+                    .map_err(|e| ShellError::Holder(e.to_string()))?;
+                let took = started.elapsed();
+                self.cancel.store(false, Ordering::Relaxed);
+                // The holder rendered the answer as `render` does here, in this REPL's colour.
+                return match reply {
+                    r if self.json => self.print(&r.json),
+                    r if r.cancelled => {
+                        self.print(&format!("\r{}", render::cancelled(took, colour)))
+                    }
+                    r if r.ok => {
+                        self.print(&r.human)?;
+                        if matches!(parse(statement), Ok(Statement::Help)) {
+                            self.print(&self.shell_help())?;
+                        }
+                        self.print(&render::timing(took, colour))
+                    }
+                    r => {
+                        let stderr = std::io::stderr();
+                        let mut err = stderr.lock();
+                        writeln!(err, "{}", r.human)?;
+                        err.flush()?;
+                        Ok(())
+                    }
+                };
+            }
+        };
         let colour = self.options.colour;
         let started = Instant::now();
-        let result = self.session.query(statement);
+        let result = session.query(statement);
         let took = started.elapsed();
         // A Ctrl-C that came after the query's last check is not meant for the next one.
         self.cancel.store(false, Ordering::Relaxed);

@@ -1,0 +1,357 @@
+//! Read-only queries from other processes while this one holds the store.
+//!
+//! sled lets one process open a store. The holder (the REPL) therefore answers queries for
+//! others over a Unix socket in the store directory ([`SOCKET_FILE`]), named in its holder
+//! record ([`crate::store::Holder::socket`]); `sketchdb query`, finding the store held, asks
+//! through it and prints the answer as it would have printed it itself.
+//!
+//! Protocol, one JSON object per line each way: the client sends a [`Hello`], then one
+//! [`Request`] per statement; the server answers each with one [`Reply`], which carries the
+//! answer already rendered every way the client may print it (so the client prints exactly
+//! what a local query prints). Each connection has its own [`Session`], so `SET NOW` holds for
+//! the rest of the connection, as in a local run. The connection ends when the client closes
+//! it or the holder stops serving.
+//!
+//! Only statements that read are run; the exhaustive [`writes`] decides, so a statement added
+//! to the language later must be classified before it can pass. Nothing here writes the store.
+//!
+//! Unix only, like the store itself (its disk accounting reads Unix metadata).
+//!
+//! Owns: the socket's name and life (a stale one, from a holder that died, is removed by the
+//! next holder), the protocol, and the client. It lives in the shell layer, above the query
+//! layer, and only calls [`Session::query`].
+
+use super::helper::Vocabulary;
+use super::render;
+use crate::query::{parse, QueryError, Session, Statement};
+use crate::store::{HeldBy, Store};
+use serde::{Deserialize, Serialize};
+use std::io::{self, BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::Scope;
+use std::time::Duration;
+
+/// The socket's file in the store directory.
+pub const SOCKET_FILE: &str = "sketchdb.sock";
+
+/// How often the server looks for new connections and whether it should stop (the listener
+/// does not block, so stopping needs no connection to wake it).
+const POLL: Duration = Duration::from_millis(50);
+
+/// The first line a client sends.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Hello {
+    /// The session's SAMPLE seed (`--seed`).
+    #[serde(default)]
+    pub seed: Option<u64>,
+    /// Whether `human` replies are styled for a terminal.
+    #[serde(default)]
+    pub colour: bool,
+}
+
+/// What a client asks after its [`Hello`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Request {
+    /// Run one statement in the connection's session.
+    Statement(String),
+    /// The words the REPL completes (tags, dates, the item field), answered with one
+    /// [`Vocabulary`] line instead of a [`Reply`].
+    Vocabulary,
+}
+
+/// The server's answer to one [`Request::Statement`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Reply {
+    /// Whether the statement was answered (else `text` is the error).
+    pub ok: bool,
+    /// The answer's `Display` form, or the error's.
+    pub text: String,
+    /// The answer's JSON line (`Answer::to_json`), or the REPL's JSON error line.
+    pub json: String,
+    /// The REPL's rendering of the answer or the error, styled as the hello asked.
+    pub human: String,
+    /// The query was cancelled.
+    #[serde(default)]
+    pub cancelled: bool,
+}
+
+/// Whether running `statement` would change the store. None of the language's statements does
+/// today (`SET NOW` changes only the connection's session); the match has no catch-all so that
+/// one that does cannot reach the holder's store unnoticed.
+pub fn writes(statement: &Statement) -> bool {
+    match statement {
+        Statement::Distinct { .. }
+        | Statement::Seen { .. }
+        | Statement::CountValue { .. }
+        | Statement::Count { .. }
+        | Statement::Top { .. }
+        | Statement::Sample { .. }
+        | Statement::ShowBuckets
+        | Statement::ShowTags
+        | Statement::ShowSketches
+        | Statement::Info
+        | Statement::Help
+        | Statement::SetNow(_) => false,
+        Statement::Exact(inner) | Statement::Explain(inner) => writes(inner),
+    }
+}
+
+/// A refusal that is not the query layer's, shaped like its errors.
+fn error_reply(message: String, colour: bool) -> Reply {
+    Reply {
+        ok: false,
+        json: format!(
+            "{{\"kind\":\"error\",\"error\":{}}}",
+            serde_json::Value::String(message.clone())
+        ),
+        human: if colour {
+            format!("\x1b[31merror: {message}\x1b[0m")
+        } else {
+            format!("error: {message}")
+        },
+        text: message,
+        cancelled: false,
+    }
+}
+
+/// Runs one statement for a client.
+fn answer(session: &mut Session<'_>, text: &str, colour: bool) -> Reply {
+    if let Ok(statement) = parse(text) {
+        if writes(&statement) {
+            return error_reply(
+                format!(
+                    "'{text}' would change the store, and a query through the process holding \
+it may only read: run it in that process, or when it has closed the store"
+                ),
+                colour,
+            );
+        }
+    }
+    match session.query(text) {
+        Ok(a) => Reply {
+            ok: true,
+            text: a.to_string(),
+            json: a.to_json(),
+            human: render::human(&a, colour),
+            cancelled: false,
+        },
+        Err(e) => Reply {
+            ok: false,
+            text: e.to_string(),
+            json: render::json_error(&e),
+            human: render::error(&e, colour),
+            cancelled: matches!(e, QueryError::Cancelled),
+        },
+    }
+}
+
+/// A bound socket, not yet serving. Dropping it removes the socket file.
+pub struct Listener {
+    inner: UnixListener,
+    path: PathBuf,
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Binds the socket in `store`'s directory and names it in the store's holder record. The
+/// caller holds the store, so a socket already there was left by a holder that died: it is
+/// replaced.
+pub fn bind(store: &Store) -> io::Result<Listener> {
+    let path = store.path().join(SOCKET_FILE);
+    match std::fs::remove_file(&path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let inner = UnixListener::bind(&path)?;
+    let listener = Listener { inner, path };
+    listener.inner.set_nonblocking(true)?;
+    store
+        .set_socket(Some(&listener.path))
+        .map_err(io::Error::other)?;
+    Ok(listener)
+}
+
+/// Sets the flag when dropped, so the server stops even if the work it runs beside panics
+/// (the scope would otherwise wait for the server forever).
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Runs `work` while answering queries on `listener` (nothing is served without one), then
+/// stops serving, removes the socket and clears it from the holder record.
+pub fn serve_while<R>(store: &Store, listener: Option<Listener>, work: impl FnOnce() -> R) -> R {
+    let Some(listener) = listener else {
+        return work();
+    };
+    let stop = AtomicBool::new(false);
+    let result = std::thread::scope(|s| {
+        let (listener, stop) = (&listener, &stop);
+        s.spawn(move || accept_loop(s, store, listener, stop));
+        let _stop = StopOnDrop(stop);
+        work()
+    });
+    let _ = store.set_socket(None);
+    drop(listener);
+    result
+}
+
+fn accept_loop<'scope>(
+    s: &'scope Scope<'scope, '_>,
+    store: &'scope Store,
+    listener: &'scope Listener,
+    stop: &'scope AtomicBool,
+) {
+    while !stop.load(Ordering::Relaxed) {
+        match listener.inner.accept() {
+            // One thread per connection: a client that keeps its connection (a REPL) must not
+            // keep others waiting.
+            Ok((stream, _)) => {
+                s.spawn(move || {
+                    // A client that went away is its own business.
+                    let _ = connection(store, stream, stop);
+                });
+            }
+            Err(_) => std::thread::sleep(POLL),
+        }
+    }
+}
+
+/// Reads one line, waiting through read timeouts until `stop` is set (then `None`, as at the
+/// end of the input).
+fn read_line(
+    reader: &mut impl BufRead,
+    line: &mut Vec<u8>,
+    stop: &AtomicBool,
+) -> io::Result<Option<()>> {
+    line.clear();
+    loop {
+        match reader.read_until(b'\n', line) {
+            Ok(0) if line.is_empty() => return Ok(None),
+            Ok(_) if line.ends_with(b"\n") => return Ok(Some(())),
+            // The end of the input after an unterminated line: take it as a line.
+            Ok(0) => return Ok(Some(())),
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) =>
+            {
+                if stop.load(Ordering::Relaxed) {
+                    return Ok(None);
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn connection(store: &Store, stream: UnixStream, stop: &AtomicBool) -> io::Result<()> {
+    stream.set_nonblocking(false)?;
+    // Wakes the reader now and then to see whether the holder is closing.
+    stream.set_read_timeout(Some(Duration::from_millis(200)))?;
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut writer = stream;
+    let mut line = Vec::new();
+    if read_line(&mut reader, &mut line, stop)?.is_none() {
+        return Ok(());
+    }
+    let hello: Hello = serde_json::from_slice(&line).map_err(io::Error::other)?;
+    let mut session = match hello.seed {
+        Some(seed) => Session::with_seed(store, seed),
+        None => Session::new(store),
+    };
+    while read_line(&mut reader, &mut line, stop)?.is_some() {
+        let bytes = match serde_json::from_slice::<Request>(&line) {
+            Ok(Request::Statement(text)) => {
+                serde_json::to_vec(&answer(&mut session, &text, hello.colour))
+            }
+            Ok(Request::Vocabulary) => {
+                serde_json::to_vec(&super::vocabulary(store, &Vocabulary::default()))
+            }
+            Err(e) => serde_json::to_vec(&error_reply(format!("not a request: {e}"), hello.colour)),
+        };
+        let mut bytes = bytes.map_err(io::Error::other)?;
+        bytes.push(b'\n');
+        writer.write_all(&bytes)?;
+        writer.flush()?;
+    }
+    Ok(())
+}
+
+/// A connection to the process holding a store.
+pub struct Client {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+    /// The holder, for messages.
+    pub holder: crate::store::Holder,
+}
+
+impl Client {
+    /// Connects to the holder named by `held_by`, if it serves queries. `None` when it does
+    /// not (no socket in its record), or its socket does not answer (a holder that died).
+    pub fn connect(held_by: &HeldBy, hello: &Hello) -> Option<Client> {
+        let HeldBy::Process(holder) = held_by else {
+            return None;
+        };
+        let socket = holder.socket.as_deref()?;
+        Self::connect_to(socket, hello)
+            .ok()
+            .map(|(reader, writer)| Client {
+                reader,
+                writer,
+                holder: holder.clone(),
+            })
+    }
+
+    fn connect_to(socket: &Path, hello: &Hello) -> io::Result<(BufReader<UnixStream>, UnixStream)> {
+        let mut writer = UnixStream::connect(socket)?;
+        let reader = BufReader::new(writer.try_clone()?);
+        let mut bytes = serde_json::to_vec(hello).map_err(io::Error::other)?;
+        bytes.push(b'\n');
+        writer.write_all(&bytes)?;
+        Ok((reader, writer))
+    }
+
+    /// Runs `statement` in the holder, in this connection's session.
+    pub fn ask(&mut self, statement: &str) -> io::Result<Reply> {
+        self.request(&Request::Statement(statement.to_string()))
+    }
+
+    /// The holder's store's words for completion.
+    pub fn vocabulary(&mut self) -> io::Result<Vocabulary> {
+        self.request(&Request::Vocabulary)
+    }
+
+    fn request<T: serde::de::DeserializeOwned>(&mut self, request: &Request) -> io::Result<T> {
+        let mut bytes = serde_json::to_vec(request).map_err(io::Error::other)?;
+        bytes.push(b'\n');
+        self.writer.write_all(&bytes)?;
+        self.writer.flush()?;
+        let mut line = Vec::new();
+        if self.reader.read_until(b'\n', &mut line)? == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!(
+                    "the process holding the store (pid {}) closed the connection",
+                    self.holder.pid
+                ),
+            ));
+        }
+        serde_json::from_slice(&line).map_err(io::Error::other)
+    }
+}
