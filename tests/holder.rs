@@ -323,3 +323,86 @@ fn a_killed_holder_neither_blocks_nor_misleads() {
     drop(store);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `n` JSONL events on 2026-12-03 (a day the fixture has none of).
+fn more_events(n: usize) -> String {
+    (0..n)
+        .map(|i| {
+            format!(
+                "{{\"time\":\"2026-12-03T00:00:{:02}Z\",\"wallet\":\"0xnew{i}\",\"chain\":\"a\"}}\n",
+                i % 60
+            )
+        })
+        .collect()
+}
+
+/// An analyst keeps the REPL open while a cron job ingests: the ingest asks the REPL to let
+/// the store go and gets it; the REPL's next statement opens it again (and sees the new
+/// events), serving `query` again; a statement typed while an ingest runs waits for it.
+#[test]
+fn an_ingest_gets_the_store_from_an_open_repl() {
+    let dir = fixture("cron");
+    let mut p = repl(&dir);
+    let repl_pid = holder_pid(&dir);
+    let started = Instant::now();
+    let out = run(&dir, &["ingest", "-"], &more_events(300));
+    let took = started.elapsed();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("ingested 300 events"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(!db(&dir).join(SOCKET).exists(), "the REPL stopped serving");
+
+    p.send_line("COUNT").expect("send");
+    p.exp_string("the store was let go to pid").expect("note");
+    p.exp_string("ingest -`); opening it again").expect("note");
+    p.exp_string("900  (exact, event counts, 3 buckets)")
+        .expect("the new count");
+    p.exp_regex(r"\n[^\n]*store\.db> ").expect("prompt");
+    assert_eq!(holder_pid(&dir), repl_pid, "the REPL holds it again");
+    let out = run(&dir, &["query", "COUNT"], "");
+    assert_eq!(
+        text(&out.stdout).trim(),
+        "900  (exact, event counts, 3 buckets)"
+    );
+
+    // An ingest still reading its input holds the store; the REPL's statement waits for it.
+    let mut ingest = bin()
+        .arg("--db")
+        .arg(db(&dir))
+        .args(["ingest", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn ingest");
+    let mut input = ingest.stdin.take().expect("stdin");
+    {
+        use std::io::Write;
+        input.write_all(more_events(100).as_bytes()).expect("write");
+        input.flush().expect("flush");
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !matches!(holder::read(&db(&dir)), HeldBy::Process(h) if h.command.contains("ingest")) {
+        assert!(Instant::now() < deadline, "the ingest never held the store");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    p.send_line("COUNT").expect("send");
+    p.exp_string("waiting for the store: it is held by pid")
+        .expect("waiting");
+    std::thread::sleep(Duration::from_millis(500));
+    drop(input);
+    let out = ingest.wait_with_output().expect("ingest");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    p.exp_string("1,000  (exact, event counts, 3 buckets)")
+        .expect("the count after the second ingest");
+    p.exp_regex(r"\n[^\n]*store\.db> ").expect("prompt");
+    quit(p);
+    eprintln!(
+        "an ingest of 300 events into a store a REPL held took {:.0} ms, letting go included",
+        took.as_secs_f64() * 1e3
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

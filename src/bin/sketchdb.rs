@@ -422,6 +422,32 @@ fn no_store(path: &Path) -> Outcome {
     Ok(())
 }
 
+/// Opens a store to write it (or to check it): a holder that serves (a REPL) is asked to let
+/// it go, which it does between its statements (it opens the store again at its next one);
+/// any other holder is waited for up to `wait`.
+fn open_to_write(path: &Path, wait: Duration) -> Result<Store, Failure> {
+    no_store(path)?;
+    if ask_to_let_go(path) {
+        // The holder has closed the store; its engine lets go of the lock a moment later.
+        return Store::open_with_wait(path, wait.max(Duration::from_secs(5)))
+            .map_err(|e| held(e, wait));
+    }
+    open(path, wait)
+}
+
+/// Asks the process holding the store at `path`, if it serves, to let it go; `true` once it
+/// has.
+fn ask_to_let_go(path: &Path) -> bool {
+    let held_by = sketchdb::store::holder::read(path);
+    let Some(mut client) = serve::Client::connect(&held_by, &serve::Hello::default()) else {
+        return false;
+    };
+    let me = std::env::args().collect::<Vec<_>>().join(" ");
+    client
+        .let_go(&format!("pid {} (`{me}`)", std::process::id()))
+        .is_ok()
+}
+
 /// An open error, with what the user can do about a store held by another process: the
 /// library names the holder; the flags are the CLI's to name.
 fn held(e: StoreError, waited: Duration) -> Failure {
@@ -447,7 +473,7 @@ fn held(e: StoreError, waited: Duration) -> Failure {
 
 /// Opens a store for `check` or `repair`; an error says which store and what it was for.
 fn open_to(path: &Path, what: &str, wait: Duration) -> Result<Store, Failure> {
-    open(path, wait).map_err(|Failure(e)| {
+    open_to_write(path, wait).map_err(|Failure(e)| {
         let shown = path.display().to_string();
         if e.contains(&shown) {
             Failure(format!("cannot {what}: {e}"))
@@ -474,8 +500,14 @@ fn check_cmd(path: &Path, a: CheckArgs, wait: Duration) -> Outcome {
     if !path.exists() {
         open_to(path, "check", wait)?;
     }
+    // Only the lock is waited for here (a serving holder lets go); the check opens the store
+    // itself.
+    let wait = if ask_to_let_go(path) {
+        wait.max(Duration::from_secs(5))
+    } else {
+        wait
+    };
     if !wait.is_zero() {
-        // Only the lock is waited for here; the check opens the store itself.
         let _ = sketchdb::store::SledEngine::open_waiting(path, wait);
     }
     // A store that damage keeps from opening is still walked, so every damaged value is listed.
@@ -674,7 +706,7 @@ empty directory",
 }
 
 fn ingest_cmd(path: &Path, a: IngestArgs, wait: Duration) -> Outcome {
-    let store = open(path, wait)?;
+    let store = open_to_write(path, wait)?;
     let mut mapping = Mapping::for_config(store.config());
     mapping.time = a.time_field;
     mapping.unit = a.time_unit;
@@ -1114,20 +1146,18 @@ fn repl(path: &Path, wait: Duration) -> Outcome {
     let hello = serve::Hello { seed: None, colour };
     match open_or_ask(path, wait, &hello)? {
         Opened::Local(store) => {
-            // While the REPL holds the store, other processes read it through the REPL.
-            let listener = match serve::bind(&store) {
-                Ok(listener) => Some(listener),
-                Err(e) => {
-                    eprintln!(
-                        "sketchdb: warning: other processes cannot query {} while this REPL \
-holds it (serving on {} failed: {e})",
-                        path.display(),
-                        path.join(serve::SOCKET_FILE).display()
-                    );
-                    None
-                }
-            };
-            serve::serve_while(&store, listener, || shell::run(&store, options))?;
+            // While the REPL holds the store, other processes read it through the REPL, and a
+            // writer may ask it to let go.
+            let (holding, bound) = serve::Holding::new(*store);
+            if let Err(e) = bound {
+                eprintln!(
+                    "sketchdb: warning: other processes cannot query {} or write to it while \
+this REPL holds it (serving on {} failed: {e})",
+                    path.display(),
+                    path.join(serve::SOCKET_FILE).display()
+                );
+            }
+            serve::serve_while(&holding, || shell::run(&holding, options))?;
         }
         Opened::Remote(client) => shell::run_remote(client, options)?,
     }

@@ -18,8 +18,8 @@ pub mod helper;
 pub mod render;
 pub mod serve;
 
-use crate::query::{parse, QueryError, Session, Statement};
-use crate::store::Store;
+use crate::query::{parse, QueryError, SessionState, Statement};
+use crate::store::{Store, StoreError};
 use helper::{ShellHelper, Vocabulary};
 use rustyline::config::{ColorMode, CompletionType, Config};
 use rustyline::error::ReadlineError;
@@ -29,7 +29,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// How the shell is set up by the binary.
 #[derive(Clone, Debug)]
@@ -91,10 +91,11 @@ enum Flow {
 
 /// Where the REPL's answers come from.
 enum Backend<'s> {
-    /// The store, held by this process.
+    /// The store, held by this process (and let go to a writer that asks, between
+    /// statements), with the session's state, which outlives a store let go and taken back.
     Local {
-        store: &'s Store,
-        session: Box<Session<'s>>,
+        holding: &'s serve::Holding,
+        state: Option<Box<SessionState>>,
     },
     /// The process holding the store, over its socket: read-only, in a session of its own.
     Remote(serve::Client),
@@ -112,15 +113,22 @@ struct Shell<'s> {
     history_failed: bool,
 }
 
-/// Runs the REPL until Ctrl-D or `exit`.
-pub fn run(store: &Store, options: ShellOptions) -> Result<(), ShellError> {
-    let mut session = Session::new(store);
-    if options.now.is_some() {
-        session.now = options.now;
-    }
-    let words = vocabulary(store, &Vocabulary::default());
-    let session = Box::new(session);
-    start(Backend::Local { store, session }, words, options)
+/// Runs the REPL on the store `holding` holds (and serves to others) until Ctrl-D or `exit`.
+pub fn run(holding: &serve::Holding, options: ShellOptions) -> Result<(), ShellError> {
+    let cancel = Arc::new(AtomicBool::new(false));
+    let mut state = SessionState::default();
+    state.set_now(options.now);
+    state.set_cancel_handle(Arc::clone(&cancel));
+    let words = holding
+        .store()
+        .as_ref()
+        .map(|s| vocabulary(s, &Vocabulary::default()))
+        .unwrap_or_default();
+    let backend = Backend::Local {
+        holding,
+        state: Some(Box::new(state)),
+    };
+    start(backend, cancel, words, options)
 }
 
 /// Runs the REPL on a store another process holds, asking every statement through `client`
@@ -144,10 +152,18 @@ pub fn run_remote(mut client: serve::Client, options: ShellOptions) -> Result<()
         options.name, h.pid, h.command
     );
     let _ = writeln!(std::io::stderr(), "{}", render::dim(&note, options.colour));
-    start(Backend::Remote(client), words, options)
+    // Set by Ctrl-C as for a local query, so a second Ctrl-C during a query ends the REPL;
+    // the query in the holder runs on.
+    let cancel = Arc::new(AtomicBool::new(false));
+    start(Backend::Remote(client), cancel, words, options)
 }
 
-fn start(backend: Backend<'_>, words: Vocabulary, options: ShellOptions) -> Result<(), ShellError> {
+fn start(
+    backend: Backend<'_>,
+    cancel: Arc<AtomicBool>,
+    words: Vocabulary,
+    options: ShellOptions,
+) -> Result<(), ShellError> {
     let config = Config::builder()
         .auto_add_history(false)
         .history_ignore_dups(true)?
@@ -161,12 +177,6 @@ fn start(backend: Backend<'_>, words: Vocabulary, options: ShellOptions) -> Resu
         .build();
     let mut editor = Editor::<ShellHelper, DefaultHistory>::with_config(config)?;
     editor.set_helper(Some(ShellHelper::new(words, options.colour)));
-    let cancel = match &backend {
-        Backend::Local { session, .. } => session.cancel_handle(),
-        // Set by Ctrl-C as for a local query, so a second Ctrl-C during a query ends the
-        // REPL; the query in the holder runs on.
-        Backend::Remote(_) => Arc::new(AtomicBool::new(false)),
-    };
     let mut shell = Shell {
         backend,
         cancel,
@@ -284,7 +294,10 @@ impl Shell<'_> {
             .map(|h| h.vocabulary().clone())
             .unwrap_or_default();
         let fresh = match &mut self.backend {
-            Backend::Local { store, .. } => vocabulary(store, &old),
+            Backend::Local { holding, .. } => match holding.store().as_ref() {
+                Some(store) => vocabulary(store, &old),
+                None => old,
+            },
             // Completion is a convenience: a failure keeps the old words (the next statement
             // reports a holder that went away).
             Backend::Remote(client) => client.vocabulary().unwrap_or(old),
@@ -324,8 +337,8 @@ impl Shell<'_> {
 
     /// Runs one statement and prints its answer (or error) and how long it took.
     fn execute(&mut self, statement: &str) -> Result<(), ShellError> {
-        let session = match &mut self.backend {
-            Backend::Local { session, .. } => session,
+        let holding = match &mut self.backend {
+            Backend::Local { holding, .. } => *holding,
             Backend::Remote(client) => {
                 let colour = self.options.colour;
                 let started = Instant::now();
@@ -357,9 +370,23 @@ impl Shell<'_> {
                 };
             }
         };
+        if holding.store().is_none() && !self.take_back(holding)? {
+            return Ok(());
+        }
         let colour = self.options.colour;
         let started = Instant::now();
-        let result = session.query(statement);
+        let result = {
+            let store = holding.store();
+            let (Some(store), Backend::Local { state, .. }) = (store.as_ref(), &mut self.backend)
+            else {
+                // Let go again since the line above: the next statement takes it back.
+                return Ok(());
+            };
+            let mut session = state.take().map(|s| *s).unwrap_or_default().attach(store);
+            let result = session.query(statement);
+            *state = Some(Box::new(session.detach()));
+            result
+        };
         let took = started.elapsed();
         // A Ctrl-C that came after the query's last check is not meant for the next one.
         self.cancel.store(false, Ordering::Relaxed);
@@ -386,6 +413,47 @@ impl Shell<'_> {
                 Ok(())
             }
         }
+    }
+
+    /// Opens the store again after it was let go to a writer, waiting for the writer (Ctrl-C
+    /// stops waiting). `false`: the statement is not run (the reason printed).
+    fn take_back(&mut self, holding: &serve::Holding) -> Result<bool, ShellError> {
+        let colour = self.options.colour;
+        let to = holding.let_go_to().unwrap_or_else(|| "a writer".into());
+        self.note(&format!("the store was let go to {to}; opening it again"))?;
+        let mut told = false;
+        self.cancel.store(false, Ordering::Relaxed);
+        loop {
+            match holding.take_back(Duration::from_millis(500)) {
+                Ok(()) => return Ok(true),
+                Err(StoreError::Locked { held_by, .. }) => {
+                    if self.cancel.swap(false, Ordering::Relaxed) {
+                        self.note("stopped waiting; the next statement tries again")?;
+                        return Ok(false);
+                    }
+                    if !told {
+                        told = true;
+                        self.note(&format!(
+                            "waiting for the store: it is {held_by} (Ctrl-C stops waiting)"
+                        ))?;
+                    }
+                }
+                Err(e) => {
+                    let text = render::error(&QueryError::Store(e), colour);
+                    writeln!(std::io::stderr(), "{text}")?;
+                    return Ok(false);
+                }
+            }
+        }
+    }
+
+    /// A line about the REPL itself, on stderr in the dim style.
+    fn note(&self, text: &str) -> Result<(), ShellError> {
+        let stderr = std::io::stderr();
+        let mut err = stderr.lock();
+        writeln!(err, "{}", render::dim(text, self.options.colour))?;
+        err.flush()?;
+        Ok(())
     }
 
     /// The REPL's own lines, after the language's HELP.

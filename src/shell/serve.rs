@@ -15,6 +15,13 @@
 //! Only statements that read are run; the exhaustive [`writes`] decides, so a statement added
 //! to the language later must be classified before it can pass. Nothing here writes the store.
 //!
+//! A writer (`sketchdb ingest`, `repair`, `check`) that finds the store held by a REPL asks it to
+//! let go ([`Request::LetGo`]): the REPL waits for the statements running on the store, closes
+//! it (a checkpoint, its holder record removed, sled's lock released) and stops serving; it
+//! opens the store again at its next statement, waiting for the writer if need be. So an
+//! analyst can keep a REPL open while a cron job ingests. The store is kept in a [`Holding`]
+//! for that, and each session's state is detached from the store between statements.
+//!
 //! Unix only, like the store itself (its disk accounting reads Unix metadata).
 //!
 //! Owns: the socket's name and life (a stale one, from a holder that died, is removed by the
@@ -23,15 +30,16 @@
 
 use super::helper::Vocabulary;
 use super::render;
-use crate::query::{parse, QueryError, Session, Statement};
-use crate::store::{HeldBy, Store};
+use crate::query::{parse, QueryError, Session, SessionState, Statement};
+use crate::store::{HeldBy, Store, StoreError};
 use serde::{Deserialize, Serialize};
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use std::thread::Scope;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The socket's file in the store directory.
 pub const SOCKET_FILE: &str = "sketchdb.sock";
@@ -60,6 +68,9 @@ pub enum Request {
     /// The words the REPL completes (tags, dates, the item field), answered with one
     /// [`Vocabulary`] line instead of a [`Reply`].
     Vocabulary,
+    /// Let go of the store for a writer, described by `by` (its pid and command): answered
+    /// once the store is closed.
+    LetGo { by: String },
 }
 
 /// The server's answer to one [`Request::Statement`].
@@ -148,8 +159,8 @@ it may only read: run it in that process, or when it has closed the store"
     }
 }
 
-/// A bound socket, not yet serving. Dropping it removes the socket file.
-pub struct Listener {
+/// A bound socket. Dropping it removes the socket file.
+struct Listener {
     inner: UnixListener,
     path: PathBuf,
 }
@@ -163,7 +174,7 @@ impl Drop for Listener {
 /// Binds the socket in `store`'s directory and names it in the store's holder record. The
 /// caller holds the store, so a socket already there was left by a holder that died: it is
 /// replaced.
-pub fn bind(store: &Store) -> io::Result<Listener> {
+fn bind(store: &Store) -> io::Result<Listener> {
     let path = store.path().join(SOCKET_FILE);
     match std::fs::remove_file(&path) {
         Ok(()) => {}
@@ -179,6 +190,89 @@ pub fn bind(store: &Store) -> io::Result<Listener> {
     Ok(listener)
 }
 
+/// How long a store let go to a writer is left to it before it is taken back (by the REPL's
+/// next statement): time for the writer to open it.
+const GRACE: Duration = Duration::from_secs(2);
+
+/// A store this process holds and serves, and may let go to a writer that asks.
+pub struct Holding {
+    path: PathBuf,
+    /// `None` while let go. Statements read it (many at once); letting go and taking back
+    /// write it, so they wait for running statements.
+    store: RwLock<Option<Store>>,
+    /// The socket while serving; `None` while let go, or when binding failed.
+    listener: Mutex<Option<Listener>>,
+    /// Whom the store was let go to, and when.
+    let_go: Mutex<Option<(String, Instant)>>,
+}
+
+/// A mutex's contents even after a panic elsewhere: nothing here is left half-changed by one.
+fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Holding {
+    /// Holds `store` and serves it on its socket; `Err` (with the holding, not serving) if the
+    /// socket cannot be bound, e.g. a path longer than a Unix socket's 107 bytes.
+    pub fn new(store: Store) -> (Holding, io::Result<()>) {
+        let listener = bind(&store);
+        let (listener, bound) = match listener {
+            Ok(l) => (Some(l), Ok(())),
+            Err(e) => (None, Err(e)),
+        };
+        let holding = Holding {
+            path: store.path().to_path_buf(),
+            store: RwLock::new(Some(store)),
+            listener: Mutex::new(listener),
+            let_go: Mutex::new(None),
+        };
+        (holding, bound)
+    }
+
+    /// The store, if held (`None` after letting it go). Hold the guard only while using it: a
+    /// writer waiting for the store waits for it.
+    pub fn store(&self) -> RwLockReadGuard<'_, Option<Store>> {
+        self.store.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whom the store was let go to, while it is.
+    pub fn let_go_to(&self) -> Option<String> {
+        locked(&self.let_go).as_ref().map(|(by, _)| by.clone())
+    }
+
+    /// Lets the store go to the writer `by`: stops serving, waits for the statements running
+    /// on it, and closes it (its drop checkpoints, removes the holder record and releases the
+    /// lock). The socket goes first, so that no new client finds it.
+    pub fn let_go(&self, by: &str) {
+        let mut store = self.store.write().unwrap_or_else(|e| e.into_inner());
+        *locked(&self.listener) = None;
+        *store = None;
+        *locked(&self.let_go) = Some((by.to_string(), Instant::now()));
+    }
+
+    /// Opens the store again after letting it go (after the writer's [`GRACE`]), waiting up
+    /// to `wait` for the writer to finish, and serves it again.
+    pub fn take_back(&self, wait: Duration) -> Result<(), StoreError> {
+        if let Some((_, when)) = *locked(&self.let_go) {
+            std::thread::sleep(GRACE.saturating_sub(when.elapsed()));
+        }
+        let store = Store::open_with_wait(&self.path, wait)?;
+        // Serving is a convenience for others: without it the REPL goes on.
+        *locked(&self.listener) = bind(&store).ok();
+        *self.store.write().unwrap_or_else(|e| e.into_inner()) = Some(store);
+        *locked(&self.let_go) = None;
+        Ok(())
+    }
+
+    /// Stops serving and clears the socket from the holder record (the store stays open).
+    fn stop_serving(&self) {
+        *locked(&self.listener) = None;
+        if let Some(store) = self.store().as_ref() {
+            let _ = store.set_socket(None);
+        }
+    }
+}
+
 /// Sets the flag when dropped, so the server stops even if the work it runs beside panics
 /// (the scope would otherwise wait for the server forever).
 struct StopOnDrop<'a>(&'a AtomicBool);
@@ -189,41 +283,36 @@ impl Drop for StopOnDrop<'_> {
     }
 }
 
-/// Runs `work` while answering queries on `listener` (nothing is served without one), then
-/// stops serving, removes the socket and clears it from the holder record.
-pub fn serve_while<R>(store: &Store, listener: Option<Listener>, work: impl FnOnce() -> R) -> R {
-    let Some(listener) = listener else {
-        return work();
-    };
+/// Runs `work` while answering queries for `holding`'s store, then stops serving.
+pub fn serve_while<R>(holding: &Holding, work: impl FnOnce() -> R) -> R {
     let stop = AtomicBool::new(false);
     let result = std::thread::scope(|s| {
-        let (listener, stop) = (&listener, &stop);
-        s.spawn(move || accept_loop(s, store, listener, stop));
+        let stop = &stop;
+        s.spawn(move || accept_loop(s, holding, stop));
         let _stop = StopOnDrop(stop);
         work()
     });
-    let _ = store.set_socket(None);
-    drop(listener);
+    holding.stop_serving();
     result
 }
 
 fn accept_loop<'scope>(
     s: &'scope Scope<'scope, '_>,
-    store: &'scope Store,
-    listener: &'scope Listener,
+    holding: &'scope Holding,
     stop: &'scope AtomicBool,
 ) {
     while !stop.load(Ordering::Relaxed) {
-        match listener.inner.accept() {
+        let accepted = locked(&holding.listener).as_ref().map(|l| l.inner.accept());
+        match accepted {
             // One thread per connection: a client that keeps its connection (a REPL) must not
             // keep others waiting.
-            Ok((stream, _)) => {
+            Some(Ok((stream, _))) => {
                 s.spawn(move || {
                     // A client that went away is its own business.
-                    let _ = connection(store, stream, stop);
+                    let _ = connection(holding, stream, stop);
                 });
             }
-            Err(_) => std::thread::sleep(POLL),
+            _ => std::thread::sleep(POLL),
         }
     }
 }
@@ -260,7 +349,7 @@ fn read_line(
     }
 }
 
-fn connection(store: &Store, stream: UnixStream, stop: &AtomicBool) -> io::Result<()> {
+fn connection(holding: &Holding, stream: UnixStream, stop: &AtomicBool) -> io::Result<()> {
     stream.set_nonblocking(false)?;
     // Wakes the reader now and then to see whether the holder is closing.
     stream.set_read_timeout(Some(Duration::from_millis(200)))?;
@@ -271,17 +360,47 @@ fn connection(store: &Store, stream: UnixStream, stop: &AtomicBool) -> io::Resul
         return Ok(());
     }
     let hello: Hello = serde_json::from_slice(&line).map_err(io::Error::other)?;
-    let mut session = match hello.seed {
-        Some(seed) => Session::with_seed(store, seed),
-        None => Session::new(store),
+    // Kept between statements without the store, which may be let go and taken back.
+    let mut state = match hello.seed {
+        Some(seed) => SessionState::with_seed(seed),
+        None => SessionState::default(),
     };
     while read_line(&mut reader, &mut line, stop)?.is_some() {
         let bytes = match serde_json::from_slice::<Request>(&line) {
             Ok(Request::Statement(text)) => {
-                serde_json::to_vec(&answer(&mut session, &text, hello.colour))
+                let store = holding.store();
+                let reply = match store.as_ref() {
+                    Some(store) => {
+                        let mut session = state.attach(store);
+                        let reply = answer(&mut session, &text, hello.colour);
+                        state = session.detach();
+                        reply
+                    }
+                    None => error_reply(
+                        format!(
+                            "the process that served this store has let it go to {}; ask again",
+                            holding.let_go_to().unwrap_or_else(|| "a writer".into())
+                        ),
+                        hello.colour,
+                    ),
+                };
+                serde_json::to_vec(&reply)
             }
             Ok(Request::Vocabulary) => {
-                serde_json::to_vec(&super::vocabulary(store, &Vocabulary::default()))
+                let store = holding.store();
+                let words = match store.as_ref() {
+                    Some(store) => super::vocabulary(store, &Vocabulary::default()),
+                    None => Vocabulary::default(),
+                };
+                serde_json::to_vec(&words)
+            }
+            Ok(Request::LetGo { by }) => {
+                holding.let_go(&by);
+                serde_json::to_vec(&Reply {
+                    ok: true,
+                    text: "let go".into(),
+                    ..Reply::default()
+                })
             }
             Err(e) => serde_json::to_vec(&error_reply(format!("not a request: {e}"), hello.colour)),
         };
@@ -330,6 +449,17 @@ impl Client {
     /// Runs `statement` in the holder, in this connection's session.
     pub fn ask(&mut self, statement: &str) -> io::Result<Reply> {
         self.request(&Request::Statement(statement.to_string()))
+    }
+
+    /// Asks the holder to let the store go to this process (a writer), describing it as `by`;
+    /// returns once the holder has closed it.
+    pub fn let_go(&mut self, by: &str) -> io::Result<()> {
+        let reply: Reply = self.request(&Request::LetGo { by: by.to_string() })?;
+        if reply.ok {
+            Ok(())
+        } else {
+            Err(io::Error::other(reply.text))
+        }
     }
 
     /// The holder's store's words for completion.
