@@ -29,8 +29,10 @@ reservoir) of a stream of transactions, plus the raw events, and answers a small
 with the structure made for each question, saying how wrong the answer may be.\n\n\
 With no command it opens the REPL on the store.\n\n\
 One process holds a store at a time. While a REPL holds it, `query` and other REPLs read it \
-through that REPL (read-only; a Unix socket in the store directory). Any other holder is named \
-(pid and command) when a command finds the store held; --wait SECONDS waits for it.",
+through that REPL (read-only; a Unix socket in the store directory), and `ingest`, `repair` and \
+`check` ask it to let the store go (it opens the store again at its next statement). Any other \
+holder is named (pid and command) when a command finds the store held; --wait SECONDS waits \
+for it.",
     after_help = "Examples:\n  sketchdb demo                                   build a demo store and run the cheat sheet\n  \
 sketchdb --db tx.db init\n  sketchdb gen stream-a | sketchdb --db tx.db ingest -\n  \
 sketchdb --db tx.db query \"DISTINCT wallets FROM ALL\"\n  sketchdb --db tx.db                             open the REPL\n  \
@@ -41,8 +43,8 @@ struct Cli {
     #[arg(long, global = true, value_name = "DIR", env = "SKETCHDB_DB")]
     db: Option<PathBuf>,
     /// When another process holds the store, wait up to this long for it (seconds, e.g. 5 or
-    /// 0.5) instead of failing at once. `query` and the REPL first ask the holder, if it
-    /// serves queries (a REPL does), and need not wait
+    /// 0.5) instead of failing at once. A REPL holding the store needs no wait: `query` and
+    /// the REPL read through it, and writers ask it to let the store go
     #[arg(long, global = true, value_name = "SECONDS", value_parser = parse_wait)]
     wait: Option<Duration>,
     #[command(subcommand)]
