@@ -48,6 +48,9 @@ pub const SOCKET_FILE: &str = "sketchdb.sock";
 /// does not block, so stopping needs no connection to wake it).
 const POLL: Duration = Duration::from_millis(50);
 
+/// How long a writer waits for a holder to let the store go.
+const LET_GO_WAIT: Duration = Duration::from_secs(60);
+
 /// The first line a client sends.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Hello {
@@ -454,6 +457,9 @@ impl Client {
     /// Asks the holder to let the store go to this process (a writer), describing it as `by`;
     /// returns once the holder has closed it.
     pub fn let_go(&mut self, by: &str) -> io::Result<()> {
+        // The holder first finishes the statements running on the store; one that takes
+        // longer than this (or a holder that hangs) leaves the writer to its usual wait.
+        self.writer.set_read_timeout(Some(LET_GO_WAIT))?;
         let reply: Reply = self.request(&Request::LetGo { by: by.to_string() })?;
         if reply.ok {
             Ok(())
@@ -483,5 +489,47 @@ impl Client {
             ));
         }
         serde_json::from_slice(&line).map_err(io::Error::other)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every kind of statement the language has today reads only; the server would refuse one
+    /// that `writes` says changes the store.
+    #[test]
+    fn every_statement_of_the_language_reads() {
+        for text in [
+            "DISTINCT wallets ON chain:a AND chain:b FROM ALL",
+            "SEEN 0xabc FROM 2026-12-01",
+            "COUNT 0xabc",
+            "COUNT ON chain:a",
+            "TOP 5 wallets",
+            "SAMPLE 3 PER chain",
+            "EXACT DISTINCT wallets",
+            "EXPLAIN EXACT COUNT 0xabc",
+            "SHOW BUCKETS",
+            "SHOW TAGS",
+            "SHOW SKETCHES",
+            "INFO",
+            "HELP",
+            "SET NOW = 2026-12-01",
+        ] {
+            let statement = parse(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert!(!writes(&statement), "{text}");
+        }
+    }
+
+    /// A refusal is shaped like the query layer's errors, in every form a client prints.
+    #[test]
+    fn refusals_look_like_errors() {
+        let r = error_reply("no \"way\"".into(), false);
+        assert!(!r.ok && r.human == "error: no \"way\"" && r.text == "no \"way\"");
+        let j: serde_json::Value = serde_json::from_str(&r.json).expect("json");
+        assert_eq!(
+            (j["kind"].as_str(), j["error"].as_str()),
+            (Some("error"), Some("no \"way\""))
+        );
     }
 }
