@@ -406,3 +406,39 @@ fn an_ingest_gets_the_store_from_an_open_repl() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A REPL started with a relative `--db` is reached from another working directory, and a
+/// relative `--db` reaches a REPL started with an absolute one.
+#[test]
+fn relative_and_absolute_paths_reach_the_same_holder() {
+    let dir = fixture("relative");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sketchdb"));
+    cmd.current_dir(&dir)
+        .args(["--db", "store.db"])
+        .env("SKETCHDB_HISTORY", dir.join("history"))
+        .env("NO_COLOR", "1")
+        .env("TERM", "xterm");
+    let mut p = spawn_command(cmd, Some(TIMEOUT_MS)).expect("spawn the REPL");
+    p.exp_string(PROMPT).expect("first prompt");
+    let pid = holder_pid(&dir);
+    let record = std::fs::read_to_string(db(&dir).join(HOLDER_FILE)).expect("record");
+    assert!(
+        record.contains(&db(&dir).join(SOCKET).display().to_string()),
+        "{record}"
+    );
+    let out = run(&dir, &["query", "COUNT"], "");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout).trim(),
+        "600  (exact, event counts, 2 buckets)"
+    );
+    let out = bin()
+        .current_dir(&dir)
+        .args(["--db", "store.db", "query", "COUNT"])
+        .output()
+        .expect("query");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(holder_pid(&dir), pid, "both read through the REPL");
+    quit(p);
+    let _ = std::fs::remove_dir_all(&dir);
+}

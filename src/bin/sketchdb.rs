@@ -441,7 +441,7 @@ fn open_to_write(path: &Path, wait: Duration) -> Result<Store, Failure> {
 /// has.
 fn ask_to_let_go(path: &Path) -> bool {
     let held_by = sketchdb::store::holder::read(path);
-    let Some(mut client) = serve::Client::connect(&held_by, &serve::Hello::default()) else {
+    let Some(mut client) = serve::Client::connect(path, &held_by, &serve::Hello::default()) else {
         return false;
     };
     let me = std::env::args().collect::<Vec<_>>().join(" ");
@@ -900,14 +900,15 @@ fn open_or_ask(path: &Path, wait: Duration, hello: &serve::Hello) -> Result<Open
     let started = std::time::Instant::now();
     // A record naming a running holder that serves: ask it at once, without first waiting
     // out the lock.
-    if let Some(client) = serve::Client::connect(&sketchdb::store::holder::read(path), hello) {
+    if let Some(client) = serve::Client::connect(path, &sketchdb::store::holder::read(path), hello)
+    {
         return Ok(Opened::Remote(client));
     }
     match Store::open(path) {
         Ok(store) => Ok(Opened::Local(Box::new(store))),
         Err(e) => {
             if let StoreError::Locked { held_by, .. } = &e {
-                if let Some(client) = serve::Client::connect(held_by, hello) {
+                if let Some(client) = serve::Client::connect(path, held_by, hello) {
                     return Ok(Opened::Remote(client));
                 }
                 if !wait.is_zero() {

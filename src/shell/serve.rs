@@ -187,9 +187,9 @@ fn bind(store: &Store) -> io::Result<Listener> {
     let inner = UnixListener::bind(&path)?;
     let listener = Listener { inner, path };
     listener.inner.set_nonblocking(true)?;
-    store
-        .set_socket(Some(&listener.path))
-        .map_err(io::Error::other)?;
+    // The record names it absolutely, for whoever reads it from another directory.
+    let shown = std::path::absolute(&listener.path)?;
+    store.set_socket(Some(&shown)).map_err(io::Error::other)?;
     Ok(listener)
 }
 
@@ -424,14 +424,17 @@ pub struct Client {
 }
 
 impl Client {
-    /// Connects to the holder named by `held_by`, if it serves queries. `None` when it does
-    /// not (no socket in its record), or its socket does not answer (a holder that died).
-    pub fn connect(held_by: &HeldBy, hello: &Hello) -> Option<Client> {
+    /// Connects to the holder of the store at `dir` named by `held_by`, if it serves queries.
+    /// `None` when it does not (no socket in its record), or its socket does not answer (a
+    /// holder that died).
+    pub fn connect(dir: &Path, held_by: &HeldBy, hello: &Hello) -> Option<Client> {
         let HeldBy::Process(holder) = held_by else {
             return None;
         };
-        let socket = holder.socket.as_deref()?;
-        Self::connect_to(socket, hello)
+        holder.socket.as_ref()?;
+        // The socket by the store directory as this process names it: the record's path is
+        // the holder's, which may be relative to another working directory.
+        Self::connect_to(&dir.join(SOCKET_FILE), hello)
             .ok()
             .map(|(reader, writer)| Client {
                 reader,
