@@ -442,3 +442,52 @@ fn relative_and_absolute_paths_reach_the_same_holder() {
     quit(p);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Two REPLs, the second reading through the first, and a cron ingest: the first lets the
+/// store go to the ingest; the second, refused by the first, opens the store itself; the first,
+/// finding the second serving it, reads through the second. Then the second goes away and the
+/// first holds the store again. Every step is a statement typed, no restart.
+#[test]
+fn repls_find_the_store_again_when_their_holder_changes() {
+    let dir = fixture("repls-change");
+    let mut first = repl(&dir);
+    let first_pid = holder_pid(&dir);
+    let mut second = repl(&dir);
+    let out = run(&dir, &["ingest", "-"], &more_events(300));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    second.send_line("COUNT").expect("send");
+    second
+        .exp_string("has let it go to pid")
+        .expect("the first let go");
+    second.exp_string(PROMPT).expect("a new prompt");
+    let second_pid = holder_pid(&dir);
+    assert_ne!(second_pid, first_pid, "the second holds the store now");
+    second.send_line("COUNT").expect("send");
+    second
+        .exp_string("900  (exact, event counts, 3 buckets)")
+        .expect("the second's own answer");
+
+    first.send_line("COUNT").expect("send");
+    first
+        .exp_string("reading through it (the statement did not run)")
+        .expect("the first finds the second");
+    first.exp_string(PROMPT).expect("a new prompt");
+    first.send_line("COUNT").expect("send");
+    first
+        .exp_string("900  (exact, event counts, 3 buckets)")
+        .expect("the answer through the second");
+    assert_eq!(holder_pid(&dir), second_pid);
+
+    quit(second);
+    first.send_line("COUNT").expect("send");
+    first
+        .exp_regex(r"closed the connection \([^\n]*\); opening the store again")
+        .expect("the second went away");
+    first.exp_string(PROMPT).expect("a new prompt");
+    first.send_line("SHOW TAGS").expect("send");
+    first.exp_string("chain:a").expect("answered");
+    assert_eq!(holder_pid(&dir), first_pid, "the first holds it again");
+    quit(first);
+    let _ = std::fs::remove_dir_all(&dir);
+}

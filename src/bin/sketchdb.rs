@@ -7,7 +7,7 @@ use sketchdb::gen::{self, GenOptions, StreamKind};
 use sketchdb::ingest::{self, Format, IngestError, Mapping, TimeUnit, Zone};
 use sketchdb::query::Session;
 use sketchdb::shell::serve;
-use sketchdb::shell::{self, ShellOptions};
+use sketchdb::shell::{self, ShellError, ShellOptions};
 use sketchdb::sketch::SketchConfig;
 use sketchdb::store::model::DAY_MS;
 use sketchdb::store::{BucketWidth, Config, HeldBy, Store, StoreError};
@@ -1147,22 +1147,46 @@ fn repl(path: &Path, wait: Duration) -> Outcome {
         now: None,
     };
     let hello = serve::Hello { seed: None, colour };
-    match open_or_ask(path, wait, &hello)? {
-        Opened::Local(store) => {
-            // While the REPL holds the store, other processes read it through the REPL, and a
-            // writer may ask it to let go.
-            let (holding, bound) = serve::Holding::new(*store);
-            if let Err(e) = bound {
-                eprintln!(
-                    "sketchdb: warning: other processes cannot query {} or write to it while \
-this REPL holds it (serving on {} failed: {e})",
-                    path.display(),
-                    path.join(serve::SOCKET_FILE).display()
-                );
+    let mut wait = wait;
+    // A REPL reading through another process goes on when that process goes away or lets
+    // the store go: it finds the store's holder again, or opens the store itself.
+    for _ in 0..10 {
+        match open_or_ask(path, wait, &hello)? {
+            Opened::Local(store) => {
+                // While the REPL holds the store, other processes read it through the REPL,
+                // and a writer may ask it to let go.
+                let (holding, bound) = serve::Holding::new(*store);
+                if let Err(e) = bound {
+                    eprintln!(
+                        "sketchdb: warning: other processes cannot query {} or write to it \
+while this REPL holds it (serving on {} failed: {e})",
+                        path.display(),
+                        path.join(serve::SOCKET_FILE).display()
+                    );
+                }
+                match serve::serve_while(&holding, || shell::run(&holding, options.clone())) {
+                    Err(ShellError::Holder(why)) => {
+                        eprintln!(
+                            "sketchdb: {why}; reading through it (the statement did not run)"
+                        );
+                    }
+                    other => return Ok(other?),
+                }
             }
-            serve::serve_while(&holding, || shell::run(&holding, options))?;
+            Opened::Remote(client) => match shell::run_remote(client, options.clone()) {
+                Err(ShellError::Holder(why)) => {
+                    eprintln!(
+                        "sketchdb: {why}; opening the store again (waiting up to a minute for \
+a writer; the statement did not run)"
+                    );
+                    wait = wait.max(Duration::from_secs(60));
+                }
+                other => return Ok(other?),
+            },
         }
-        Opened::Remote(client) => shell::run_remote(client, options)?,
     }
-    Ok(())
+    Err(Failure(format!(
+        "{}: the processes holding the store kept going away; start the REPL again",
+        path.display()
+    )))
 }

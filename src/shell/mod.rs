@@ -19,7 +19,7 @@ pub mod render;
 pub mod serve;
 
 use crate::query::{parse, QueryError, SessionState, Statement};
-use crate::store::{Store, StoreError};
+use crate::store::{HeldBy, Store, StoreError};
 use helper::{ShellHelper, Vocabulary};
 use rustyline::config::{ColorMode, CompletionType, Config};
 use rustyline::error::ReadlineError;
@@ -49,8 +49,9 @@ pub struct ShellOptions {
 pub enum ShellError {
     #[error("terminal: {0}")]
     Terminal(String),
-    /// The process holding the store, which this REPL read through, stopped answering.
-    #[error("{0}; start the REPL again to open the store")]
+    /// The process holding the store, which this REPL read through, stopped answering or let
+    /// the store go: the caller may find the store's holder again, or open it.
+    #[error("{0}")]
     Holder(String),
 }
 
@@ -114,6 +115,8 @@ struct Shell<'s> {
 }
 
 /// Runs the REPL on the store `holding` holds (and serves to others) until Ctrl-D or `exit`.
+/// [`ShellError::Holder`] when, having let the store go to a writer, it finds it held by
+/// another process that serves it (another REPL): the caller reads through that one.
 pub fn run(holding: &serve::Holding, options: ShellOptions) -> Result<(), ShellError> {
     let cancel = Arc::new(AtomicBool::new(false));
     let mut state = SessionState::default();
@@ -347,6 +350,9 @@ impl Shell<'_> {
                     .map_err(|e| ShellError::Holder(e.to_string()))?;
                 let took = started.elapsed();
                 self.cancel.store(false, Ordering::Relaxed);
+                if reply.let_go {
+                    return Err(ShellError::Holder(reply.text));
+                }
                 // The holder rendered the answer as `render` does here, in this REPL's colour.
                 return match reply {
                     r if self.json => self.print(&r.json),
@@ -427,6 +433,11 @@ impl Shell<'_> {
             match holding.take_back(Duration::from_millis(500)) {
                 Ok(()) => return Ok(true),
                 Err(StoreError::Locked { held_by, .. }) => {
+                    // Another REPL took it meanwhile: read through that one instead (the
+                    // caller connects to it).
+                    if matches!(&held_by, HeldBy::Process(h) if h.socket.is_some()) {
+                        return Err(ShellError::Holder(format!("the store is now {held_by}")));
+                    }
                     if self.cancel.swap(false, Ordering::Relaxed) {
                         self.note("stopped waiting; the next statement tries again")?;
                         return Ok(false);

@@ -90,6 +90,10 @@ pub struct Reply {
     /// The query was cancelled.
     #[serde(default)]
     pub cancelled: bool,
+    /// The holder has let the store go (to a writer): it answers nothing more; the client
+    /// should find the store's holder again, or open it.
+    #[serde(default)]
+    pub let_go: bool,
 }
 
 /// Whether running `statement` would change the store. None of the language's statements does
@@ -128,6 +132,7 @@ fn error_reply(message: String, colour: bool) -> Reply {
         },
         text: message,
         cancelled: false,
+        let_go: false,
     }
 }
 
@@ -151,6 +156,7 @@ it may only read: run it in that process, or when it has closed the store"
             json: a.to_json(),
             human: render::human(&a, colour),
             cancelled: false,
+            let_go: false,
         },
         Err(e) => Reply {
             ok: false,
@@ -158,6 +164,7 @@ it may only read: run it in that process, or when it has closed the store"
             json: render::json_error(&e),
             human: render::error(&e, colour),
             cancelled: matches!(e, QueryError::Cancelled),
+            let_go: false,
         },
     }
 }
@@ -379,13 +386,16 @@ fn connection(holding: &Holding, stream: UnixStream, stop: &AtomicBool) -> io::R
                         state = session.detach();
                         reply
                     }
-                    None => error_reply(
-                        format!(
-                            "the process that served this store has let it go to {}; ask again",
-                            holding.let_go_to().unwrap_or_else(|| "a writer".into())
-                        ),
-                        hello.colour,
-                    ),
+                    None => Reply {
+                        let_go: true,
+                        ..error_reply(
+                            format!(
+                                "the process that served this store has let it go to {}",
+                                holding.let_go_to().unwrap_or_else(|| "a writer".into())
+                            ),
+                            hello.colour,
+                        )
+                    },
                 };
                 serde_json::to_vec(&reply)
             }
@@ -477,19 +487,20 @@ impl Client {
     }
 
     fn request<T: serde::de::DeserializeOwned>(&mut self, request: &Request) -> io::Result<T> {
+        let pid = self.holder.pid;
+        let gone = |e: io::Error| {
+            io::Error::new(
+                e.kind(),
+                format!("the process holding the store (pid {pid}) closed the connection ({e})"),
+            )
+        };
         let mut bytes = serde_json::to_vec(request).map_err(io::Error::other)?;
         bytes.push(b'\n');
-        self.writer.write_all(&bytes)?;
-        self.writer.flush()?;
+        self.writer.write_all(&bytes).map_err(gone)?;
+        self.writer.flush().map_err(gone)?;
         let mut line = Vec::new();
-        if self.reader.read_until(b'\n', &mut line)? == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                format!(
-                    "the process holding the store (pid {}) closed the connection",
-                    self.holder.pid
-                ),
-            ));
+        if self.reader.read_until(b'\n', &mut line).map_err(gone)? == 0 {
+            return Err(gone(io::ErrorKind::UnexpectedEof.into()));
         }
         serde_json::from_slice(&line).map_err(io::Error::other)
     }
