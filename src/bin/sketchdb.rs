@@ -431,8 +431,8 @@ fn open_to_write(path: &Path, wait: Duration) -> Result<Store, Failure> {
     no_store(path)?;
     if ask_to_let_go(path) {
         // The holder has closed the store; its engine lets go of the lock a moment later.
-        return Store::open_with_wait(path, wait.max(Duration::from_secs(5)))
-            .map_err(|e| held(e, wait));
+        let wait = wait.max(Duration::from_secs(5));
+        return Store::open_with_wait(path, wait).map_err(|e| held(e, wait));
     }
     open(path, wait)
 }

@@ -4,10 +4,14 @@
 //! completion and hints ([`helper`]), continuation lines, several statements on a line or in a
 //! paste, persistent history, shell commands (`exit`, `quit`, `\json`), Ctrl-C during a query
 //! (it cancels the query through the session's cancel flag) and printing ([`render`]). It drives
-//! one [`Session`] for the whole session, so `SET NOW` persists, and prints the
-//! [`Answer`](crate::query::Answer)s it returns. It must not decide an answer: every statement
-//! goes to the query layer as typed (continuation lines joined), and nothing here reads
-//! sketches.
+//! one [`Session`](crate::query::Session) for the whole session (its state kept apart from the
+//! store between statements, since the store may be let go to a writer and opened again), so
+//! `SET NOW` persists, and prints the [`Answer`](crate::query::Answer)s it returns. It must not
+//! decide an answer: every statement goes to the query layer as typed (continuation lines
+//! joined), and nothing here reads sketches.
+//!
+//! On a store another process holds, [`run_remote`] asks every statement through that
+//! process's socket ([`serve`]) and prints the answers as the holder rendered them for it.
 //!
 //! [`run`] installs a SIGINT handler for the rest of the process's life: while a query runs,
 //! Ctrl-C sets the session's cancel flag; a second Ctrl-C before the query has stopped ends the

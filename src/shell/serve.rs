@@ -2,14 +2,18 @@
 //!
 //! sled lets one process open a store. The holder (the REPL) therefore answers queries for
 //! others over a Unix socket in the store directory ([`SOCKET_FILE`]), named in its holder
-//! record ([`crate::store::Holder::socket`]); `sketchdb query`, finding the store held, asks
-//! through it and prints the answer as it would have printed it itself.
+//! record ([`crate::store::Holder::socket`]); `sketchdb query` and a second REPL, finding the
+//! store held, ask through it and print each answer as they would have printed it themselves.
+//! The socket is made with the process's umask, so (with the usual 022) only its owner may
+//! connect. A reading REPL whose holder goes away or lets the store go is told so
+//! ([`Reply::let_go`], or a closed connection) and the binary finds the store's holder again.
 //!
 //! Protocol, one JSON object per line each way: the client sends a [`Hello`], then one
 //! [`Request`] per statement; the server answers each with one [`Reply`], which carries the
 //! answer already rendered every way the client may print it (so the client prints exactly
-//! what a local query prints). Each connection has its own [`Session`], so `SET NOW` holds for
-//! the rest of the connection, as in a local run. The connection ends when the client closes
+//! what a local query prints). Each connection has its own session (its [`SessionState`] kept
+//! between statements), so `SET NOW` and a seeded sample sequence hold for the rest of the
+//! connection, as in a local run. The connection ends when the client closes
 //! it or the holder stops serving.
 //!
 //! Only statements that read are run; the exhaustive [`writes`] decides, so a statement added
@@ -260,7 +264,7 @@ impl Holding {
         *locked(&self.let_go) = Some((by.to_string(), Instant::now()));
     }
 
-    /// Opens the store again after letting it go (after the writer's [`GRACE`]), waiting up
+    /// Opens the store again after letting it go (after leaving the writer 2 s), waiting up
     /// to `wait` for the writer to finish, and serves it again.
     pub fn take_back(&self, wait: Duration) -> Result<(), StoreError> {
         if let Some((_, when)) = *locked(&self.let_go) {
