@@ -140,7 +140,8 @@ pub fn run(holding: &serve::Holding, options: ShellOptions) -> Result<(), ShellE
 
 /// Runs the REPL on a store another process holds, asking every statement through `client`
 /// (see [`serve`]): it reads as the local REPL does, prints the same, and cannot write.
-/// Ctrl-C does not reach a query running in the holder.
+/// Ctrl-C during a statement closes the connection, which cancels the query in the holder,
+/// and opens a new one.
 pub fn run_remote(mut client: serve::Client, options: ShellOptions) -> Result<(), ShellError> {
     if let Some(now) = options.now {
         let date = chrono::DateTime::from_timestamp_millis(now)
@@ -350,10 +351,18 @@ impl Shell<'_> {
                 let colour = self.options.colour;
                 let started = Instant::now();
                 let reply = client
-                    .ask(statement)
+                    .ask_cancellable(statement, &self.cancel)
                     .map_err(|e| ShellError::Holder(e.to_string()))?;
                 let took = started.elapsed();
                 self.cancel.store(false, Ordering::Relaxed);
+                // Ctrl-C: the connection was closed, which cancels the query in the holder.
+                let Some(reply) = reply else {
+                    return if self.json {
+                        self.print(&render::json_error(&QueryError::Cancelled))
+                    } else {
+                        self.print(&format!("\r{}", render::cancelled(took, colour)))
+                    };
+                };
                 if reply.let_go {
                     return Err(ShellError::Holder(reply.text));
                 }

@@ -41,7 +41,7 @@ use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use std::thread::Scope;
 use std::time::{Duration, Instant};
 
@@ -51,6 +51,9 @@ pub const SOCKET_FILE: &str = "sketchdb.sock";
 /// How often the server looks for new connections and whether it should stop (the listener
 /// does not block, so stopping needs no connection to wake it).
 const POLL: Duration = Duration::from_millis(50);
+
+/// How often a connection's reader wakes to see whether the holder is closing.
+const READ_WAKE: Duration = Duration::from_millis(200);
 
 /// How long a writer waits for a holder to let the store go.
 const LET_GO_WAIT: Duration = Duration::from_secs(60);
@@ -365,8 +368,7 @@ fn read_line(
 
 fn connection(holding: &Holding, stream: UnixStream, stop: &AtomicBool) -> io::Result<()> {
     stream.set_nonblocking(false)?;
-    // Wakes the reader now and then to see whether the holder is closing.
-    stream.set_read_timeout(Some(Duration::from_millis(200)))?;
+    stream.set_read_timeout(Some(READ_WAKE))?;
     let mut reader = BufReader::new(stream.try_clone()?);
     let mut writer = stream;
     let mut line = Vec::new();
@@ -379,6 +381,8 @@ fn connection(holding: &Holding, stream: UnixStream, stop: &AtomicBool) -> io::R
         Some(seed) => SessionState::with_seed(seed),
         None => SessionState::default(),
     };
+    let cancel = Arc::new(AtomicBool::new(false));
+    state.set_cancel_handle(Arc::clone(&cancel));
     while read_line(&mut reader, &mut line, stop)?.is_some() {
         let bytes = match serde_json::from_slice::<Request>(&line) {
             Ok(Request::Statement(text)) => {
@@ -386,7 +390,9 @@ fn connection(holding: &Holding, stream: UnixStream, stop: &AtomicBool) -> io::R
                 let reply = match store.as_ref() {
                     Some(store) => {
                         let mut session = state.attach(store);
-                        let reply = answer(&mut session, &text, hello.colour);
+                        let reply = watching(&writer, &cancel, || {
+                            answer(&mut session, &text, hello.colour)
+                        })?;
                         state = session.detach();
                         reply
                     }
@@ -429,12 +435,63 @@ fn connection(holding: &Holding, stream: UnixStream, stop: &AtomicBool) -> io::R
     Ok(())
 }
 
+/// Runs `work` while watching `stream`, and sets `cancel` if the client hangs up meanwhile (a
+/// `query` stopped with Ctrl-C, a REPL cancelling): a query nobody waits for must not keep the
+/// store busy (an exact scan makes the holder's own statements wait).
+///
+/// std cannot peek at a Unix socket, so the watcher reads; the protocol is strictly request
+/// and reply, so a client sends nothing while its request runs, and the watcher has ended
+/// (joined, its short read timeout the delay) before the reply goes out and the client may send
+/// its next request.
+fn watching<R>(
+    stream: &UnixStream,
+    cancel: &AtomicBool,
+    work: impl FnOnce() -> R,
+) -> io::Result<R> {
+    const WATCH: Duration = Duration::from_millis(10);
+    let mut watched = stream.try_clone()?;
+    stream.set_read_timeout(Some(WATCH))?;
+    let done = AtomicBool::new(false);
+    let result = std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut byte = [0u8; 1];
+            while !done.load(Ordering::Relaxed) {
+                match io::Read::read(&mut watched, &mut byte) {
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            io::ErrorKind::WouldBlock
+                                | io::ErrorKind::TimedOut
+                                | io::ErrorKind::Interrupted
+                        ) => {}
+                    // The end of the client's input, or a connection gone; data would break
+                    // the protocol, and cancelling is all the watcher can do about it either.
+                    _ => {
+                        cancel.store(true, Ordering::Relaxed);
+                        return;
+                    }
+                }
+            }
+        });
+        let result = work();
+        done.store(true, Ordering::Relaxed);
+        result
+    });
+    stream.set_read_timeout(Some(READ_WAKE))?;
+    Ok(result)
+}
+
 /// A connection to the process holding a store.
 pub struct Client {
     reader: BufReader<UnixStream>,
     writer: UnixStream,
     /// The holder, for messages.
     pub holder: crate::store::Holder,
+    /// The socket and the hello, to connect again after a cancelled statement.
+    socket: PathBuf,
+    hello: Hello,
+    /// The last `SET NOW` the holder accepted, replayed on a new connection so the clock holds.
+    set_now: Option<String>,
 }
 
 impl Client {
@@ -448,13 +505,88 @@ impl Client {
         holder.socket.as_ref()?;
         // The socket by the store directory as this process names it: the record's path is
         // the holder's, which may be relative to another working directory.
-        Self::connect_to(&dir.join(SOCKET_FILE), hello)
+        let socket = dir.join(SOCKET_FILE);
+        Self::connect_to(&socket, hello)
             .ok()
             .map(|(reader, writer)| Client {
                 reader,
                 writer,
                 holder: holder.clone(),
+                socket,
+                hello: hello.clone(),
+                set_now: None,
             })
+    }
+
+    /// Runs `statement` in the holder like [`Client::ask`], but gives up when `cancel` is set:
+    /// the connection is closed, which cancels the query in the holder, and a new one is made
+    /// (its session with the same clock). `Ok(None)` when cancelled.
+    pub fn ask_cancellable(
+        &mut self,
+        statement: &str,
+        cancel: &AtomicBool,
+    ) -> io::Result<Option<Reply>> {
+        self.writer
+            .set_read_timeout(Some(Duration::from_millis(100)))?;
+        let sent = self.send(&Request::Statement(statement.to_string()));
+        let mut line = Vec::new();
+        let outcome = sent.and_then(|()| loop {
+            match self.reader.read_until(b'\n', &mut line) {
+                Ok(0) => break Err(self.gone(io::ErrorKind::UnexpectedEof.into())),
+                Ok(_) if line.ends_with(b"\n") => break Ok(true),
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::Interrupted
+                    ) =>
+                {
+                    if cancel.load(Ordering::Relaxed) {
+                        break Ok(false);
+                    }
+                }
+                Err(e) => break Err(self.gone(e)),
+            }
+        });
+        if !outcome? {
+            let _ = self.writer.shutdown(std::net::Shutdown::Both);
+            let (reader, writer) = Self::connect_to(&self.socket, &self.hello)?;
+            (self.reader, self.writer) = (reader, writer);
+            if let Some(set_now) = self.set_now.clone() {
+                self.ask(&set_now)?;
+            }
+            return Ok(None);
+        }
+        self.writer.set_read_timeout(None)?;
+        let reply: Reply = serde_json::from_slice(&line).map_err(io::Error::other)?;
+        self.remember(statement, &reply);
+        Ok(Some(reply))
+    }
+
+    /// Keeps a `SET NOW` the holder accepted, to replay on a new connection.
+    fn remember(&mut self, statement: &str, reply: &Reply) {
+        if reply.ok && matches!(parse(statement), Ok(Statement::SetNow(_))) {
+            self.set_now = Some(statement.to_string());
+        }
+    }
+
+    fn gone(&self, e: io::Error) -> io::Error {
+        io::Error::new(
+            e.kind(),
+            format!(
+                "the process holding the store (pid {}) closed the connection ({e})",
+                self.holder.pid
+            ),
+        )
+    }
+
+    fn send(&mut self, request: &Request) -> io::Result<()> {
+        let mut bytes = serde_json::to_vec(request).map_err(io::Error::other)?;
+        bytes.push(b'\n');
+        self.writer.write_all(&bytes).map_err(|e| self.gone(e))?;
+        self.writer.flush().map_err(|e| self.gone(e))
     }
 
     fn connect_to(socket: &Path, hello: &Hello) -> io::Result<(BufReader<UnixStream>, UnixStream)> {
@@ -468,7 +600,9 @@ impl Client {
 
     /// Runs `statement` in the holder, in this connection's session.
     pub fn ask(&mut self, statement: &str) -> io::Result<Reply> {
-        self.request(&Request::Statement(statement.to_string()))
+        let reply = self.request(&Request::Statement(statement.to_string()))?;
+        self.remember(statement, &reply);
+        Ok(reply)
     }
 
     /// Asks the holder to let the store go to this process (a writer), describing it as `by`;
@@ -491,20 +625,15 @@ impl Client {
     }
 
     fn request<T: serde::de::DeserializeOwned>(&mut self, request: &Request) -> io::Result<T> {
-        let pid = self.holder.pid;
-        let gone = |e: io::Error| {
-            io::Error::new(
-                e.kind(),
-                format!("the process holding the store (pid {pid}) closed the connection ({e})"),
-            )
-        };
-        let mut bytes = serde_json::to_vec(request).map_err(io::Error::other)?;
-        bytes.push(b'\n');
-        self.writer.write_all(&bytes).map_err(gone)?;
-        self.writer.flush().map_err(gone)?;
+        self.send(request)?;
         let mut line = Vec::new();
-        if self.reader.read_until(b'\n', &mut line).map_err(gone)? == 0 {
-            return Err(gone(io::ErrorKind::UnexpectedEof.into()));
+        if self
+            .reader
+            .read_until(b'\n', &mut line)
+            .map_err(|e| self.gone(e))?
+            == 0
+        {
+            return Err(self.gone(io::ErrorKind::UnexpectedEof.into()));
         }
         serde_json::from_slice(&line).map_err(io::Error::other)
     }
