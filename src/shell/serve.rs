@@ -390,11 +390,23 @@ fn connection(holding: &Holding, stream: UnixStream, stop: &AtomicBool) -> io::R
                 let reply = match store.as_ref() {
                     Some(store) => {
                         let mut session = state.attach(store);
-                        let reply = watching(&writer, &cancel, || {
+                        let reply = watching(&writer, &cancel, stop, || {
                             answer(&mut session, &text, hello.colour)
                         })?;
                         state = session.detach();
-                        reply
+                        if reply.cancelled && stop.load(Ordering::Relaxed) {
+                            // Not the client's Ctrl-C: say why.
+                            error_reply(
+                                format!(
+                                    "the process holding the store (pid {}) closed it while the \
+statement ran; ask again",
+                                    std::process::id()
+                                ),
+                                hello.colour,
+                            )
+                        } else {
+                            reply
+                        }
                     }
                     None => Reply {
                         let_go: true,
@@ -436,8 +448,9 @@ fn connection(holding: &Holding, stream: UnixStream, stop: &AtomicBool) -> io::R
 }
 
 /// Runs `work` while watching `stream`, and sets `cancel` if the client hangs up meanwhile (a
-/// `query` stopped with Ctrl-C, a REPL cancelling): a query nobody waits for must not keep the
-/// store busy (an exact scan makes the holder's own statements wait).
+/// `query` stopped with Ctrl-C, a REPL cancelling) or the holder closes (`stop`): a query
+/// nobody waits for must not keep the store busy (an exact scan makes the holder's own
+/// statements wait), nor the holder from exiting.
 ///
 /// std cannot peek at a Unix socket, so the watcher reads; the protocol is strictly request
 /// and reply, so a client sends nothing while its request runs, and the watcher has ended
@@ -446,6 +459,7 @@ fn connection(holding: &Holding, stream: UnixStream, stop: &AtomicBool) -> io::R
 fn watching<R>(
     stream: &UnixStream,
     cancel: &AtomicBool,
+    stop: &AtomicBool,
     work: impl FnOnce() -> R,
 ) -> io::Result<R> {
     const WATCH: Duration = Duration::from_millis(10);
@@ -456,6 +470,11 @@ fn watching<R>(
         s.spawn(|| {
             let mut byte = [0u8; 1];
             while !done.load(Ordering::Relaxed) {
+                // The holder is closing: it does not wait for a long query to end.
+                if stop.load(Ordering::Relaxed) {
+                    cancel.store(true, Ordering::Relaxed);
+                    return;
+                }
                 match io::Read::read(&mut watched, &mut byte) {
                     Err(e)
                         if matches!(
