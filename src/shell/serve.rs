@@ -687,6 +687,67 @@ mod tests {
         }
     }
 
+    /// Runs `watching` around work that lasts until cancelled (at most 5 s).
+    fn watched(server: &UnixStream, stop: &AtomicBool) -> (bool, Duration) {
+        let cancel = AtomicBool::new(false);
+        let started = Instant::now();
+        let waited = watching(server, &cancel, stop, || {
+            while !cancel.load(Ordering::Relaxed) && started.elapsed() < Duration::from_secs(5) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            started.elapsed()
+        })
+        .expect("watch");
+        (cancel.load(Ordering::Relaxed), waited)
+    }
+
+    /// The client hanging up, or the holder closing, cancels the statement at once; a client
+    /// that waits is not mistaken for either, and its next request arrives whole.
+    #[test]
+    fn a_hang_up_or_closing_cancels_the_running_statement() {
+        let never = AtomicBool::new(false);
+        let (server, client) = UnixStream::pair().expect("pair");
+        server.set_read_timeout(Some(READ_WAKE)).expect("timeout");
+        let hang_up = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            drop(client);
+        });
+        let (cancelled, waited) = watched(&server, &never);
+        assert!(cancelled && waited < Duration::from_secs(2), "{waited:?}");
+        hang_up.join().expect("client");
+
+        let (server, mut client) = UnixStream::pair().expect("pair");
+        server.set_read_timeout(Some(READ_WAKE)).expect("timeout");
+        let stop = AtomicBool::new(false);
+        let (cancelled, waited) = std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(100));
+                stop.store(true, Ordering::Relaxed);
+            });
+            watched(&server, &stop)
+        });
+        assert!(cancelled && waited < Duration::from_secs(2), "{waited:?}");
+
+        // A patient client: the work ends on its own; the next request is read whole.
+        let cancel = AtomicBool::new(false);
+        let answer = watching(&server, &cancel, &never, || {
+            std::thread::sleep(Duration::from_millis(50));
+            42
+        })
+        .expect("watch");
+        assert!(answer == 42 && !cancel.load(Ordering::Relaxed));
+        client
+            .write_all(b"{\"statement\":\"COUNT\"}\n")
+            .expect("send");
+        let mut reader = BufReader::new(&server);
+        let mut line = Vec::new();
+        assert_eq!(
+            read_line(&mut reader, &mut line, &never).expect("read"),
+            Some(())
+        );
+        assert_eq!(line, b"{\"statement\":\"COUNT\"}\n");
+    }
+
     /// A refusal is shaped like the query layer's errors, in every form a client prints.
     #[test]
     fn refusals_look_like_errors() {
