@@ -462,14 +462,21 @@ fn watching<R>(
     stop: &AtomicBool,
     work: impl FnOnce() -> R,
 ) -> io::Result<R> {
+    // Most statements take a few milliseconds: the watch starts only after this, so they do
+    // not wait for the watcher's read timeout when it is joined.
+    const QUIET: Duration = Duration::from_millis(50);
     const WATCH: Duration = Duration::from_millis(10);
     let mut watched = stream.try_clone()?;
     stream.set_read_timeout(Some(WATCH))?;
-    let done = AtomicBool::new(false);
+    let (finished, done) = std::sync::mpsc::channel::<()>();
     let result = std::thread::scope(|s| {
-        s.spawn(|| {
+        s.spawn(move || {
+            use std::sync::mpsc::RecvTimeoutError;
+            if !matches!(done.recv_timeout(QUIET), Err(RecvTimeoutError::Timeout)) {
+                return;
+            }
             let mut byte = [0u8; 1];
-            while !done.load(Ordering::Relaxed) {
+            while matches!(done.try_recv(), Err(std::sync::mpsc::TryRecvError::Empty)) {
                 // The holder is closing: it does not wait for a long query to end.
                 if stop.load(Ordering::Relaxed) {
                     cancel.store(true, Ordering::Relaxed);
@@ -493,7 +500,8 @@ fn watching<R>(
             }
         });
         let result = work();
-        done.store(true, Ordering::Relaxed);
+        // Dropping the sender ends the watch (at once while it is still quiet).
+        drop(finished);
         result
     });
     stream.set_read_timeout(Some(READ_WAKE))?;
