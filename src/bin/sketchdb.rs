@@ -6,13 +6,15 @@ use clap::{Args, Parser, Subcommand};
 use sketchdb::gen::{self, GenOptions, StreamKind};
 use sketchdb::ingest::{self, Format, IngestError, Mapping, TimeUnit, Zone};
 use sketchdb::query::Session;
-use sketchdb::shell::{self, ShellOptions};
+use sketchdb::shell::serve;
+use sketchdb::shell::{self, ShellError, ShellOptions};
 use sketchdb::sketch::SketchConfig;
 use sketchdb::store::model::DAY_MS;
-use sketchdb::store::{BucketWidth, Config, Store};
+use sketchdb::store::{BucketWidth, Config, HeldBy, Store, StoreError};
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 const DEFAULT_DB: &str = "./sketchdb.db";
 const DEMO_DB: &str = "./sketchdb-demo.db";
@@ -25,7 +27,12 @@ const DEMO_DB: &str = "./sketchdb-demo.db";
     long_about = "sketchdb keeps time-bucketed sketches (Bloom, HyperLogLog, Theta, Count-Min with Top-K, \
 reservoir) of a stream of transactions, plus the raw events, and answers a small query language \
 with the structure made for each question, saying how wrong the answer may be.\n\n\
-With no command it opens the REPL on the store.",
+With no command it opens the REPL on the store.\n\n\
+One process holds a store at a time. While a REPL holds it, `query` and other REPLs read it \
+through that REPL (read-only; a Unix socket in the store directory), and `ingest`, `repair` and \
+`check` ask it to let the store go (it opens the store again at its next statement). Any other \
+holder is named (pid and command) when a command finds the store held; --wait SECONDS waits \
+for it.",
     after_help = "Examples:\n  sketchdb demo                                   build a demo store and run the cheat sheet\n  \
 sketchdb --db tx.db init\n  sketchdb gen stream-a | sketchdb --db tx.db ingest -\n  \
 sketchdb --db tx.db query \"DISTINCT wallets FROM ALL\"\n  sketchdb --db tx.db                             open the REPL\n  \
@@ -35,6 +42,11 @@ struct Cli {
     /// The store directory [default: ./sketchdb.db; ./sketchdb-demo.db for demo]
     #[arg(long, global = true, value_name = "DIR", env = "SKETCHDB_DB")]
     db: Option<PathBuf>,
+    /// When another process holds the store, wait up to this long for it (seconds, e.g. 5 or
+    /// 0.5) instead of failing at once. A REPL holding the store needs no wait: `query` and
+    /// the REPL read through it, and writers ask it to let the store go
+    #[arg(long, global = true, value_name = "SECONDS", value_parser = parse_wait)]
+    wait: Option<Duration>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -273,6 +285,13 @@ struct DemoArgs {
     seed: u64,
 }
 
+fn parse_wait(s: &str) -> Result<Duration, String> {
+    s.parse::<f64>()
+        .ok()
+        .and_then(|secs| Duration::try_from_secs_f64(secs).ok())
+        .ok_or_else(|| format!("'{s}' is not a number of seconds (e.g. 5 or 0.5)"))
+}
+
 fn parse_bucket(s: &str) -> Result<BucketWidth, String> {
     match s.to_ascii_lowercase().as_str() {
         "day" | "days" | "d" => Ok(BucketWidth::Day),
@@ -339,14 +358,15 @@ fn one_line(msg: &str) -> String {
 
 fn run(cli: Cli) -> Outcome {
     let db = || cli.db.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_DB));
+    let wait = cli.wait.unwrap_or(Duration::ZERO);
     match cli.command {
-        None => repl(&db()),
+        None => repl(&db(), wait),
         Some(Command::Init(a)) => init(&db(), a),
-        Some(Command::Ingest(a)) => ingest_cmd(&db(), a),
-        Some(Command::Query(a)) => query(&db(), a),
+        Some(Command::Ingest(a)) => ingest_cmd(&db(), a, wait),
+        Some(Command::Query(a)) => query(&db(), a, wait),
         Some(Command::Gen(a)) => gen_cmd(a),
-        Some(Command::Check(a)) => check_cmd(&db(), a),
-        Some(Command::Repair(a)) => repair_cmd(&db(), a),
+        Some(Command::Check(a)) => check_cmd(&db(), a, wait),
+        Some(Command::Repair(a)) => repair_cmd(&db(), a, wait),
         Some(Command::Demo(a)) => {
             let path = cli.db.clone().unwrap_or_else(|| PathBuf::from(DEMO_DB));
             let stdout = std::io::stdout();
@@ -386,8 +406,14 @@ fn run(cli: Cli) -> Outcome {
     }
 }
 
-/// Opens an existing store, saying how to make one if there is none.
-fn open(path: &Path) -> Result<Store, Failure> {
+/// Opens an existing store, saying how to make one if there is none; a store held by another
+/// process is waited for up to `wait`.
+fn open(path: &Path, wait: Duration) -> Result<Store, Failure> {
+    no_store(path)?;
+    Store::open_with_wait(path, wait).map_err(|e| held(e, wait))
+}
+
+fn no_store(path: &Path) -> Outcome {
     if !path.exists() {
         return Err(Failure(format!(
             "no store at {}: create one with `sketchdb --db {} init`, or try `sketchdb demo`",
@@ -395,12 +421,61 @@ fn open(path: &Path) -> Result<Store, Failure> {
             path.display()
         )));
     }
-    Ok(Store::open(path)?)
+    Ok(())
+}
+
+/// Opens a store to write it (or to check it): a holder that serves (a REPL) is asked to let
+/// it go, which it does between its statements (it opens the store again at its next one);
+/// any other holder is waited for up to `wait`.
+fn open_to_write(path: &Path, wait: Duration) -> Result<Store, Failure> {
+    no_store(path)?;
+    if ask_to_let_go(path) {
+        // The holder has closed the store; its engine lets go of the lock a moment later.
+        let wait = wait.max(Duration::from_secs(5));
+        return Store::open_with_wait(path, wait).map_err(|e| held(e, wait));
+    }
+    open(path, wait)
+}
+
+/// Asks the process holding the store at `path`, if it serves, to let it go; `true` once it
+/// has.
+fn ask_to_let_go(path: &Path) -> bool {
+    let held_by = sketchdb::store::holder::read(path);
+    let Some(mut client) = serve::Client::connect(path, &held_by, &serve::Hello::default()) else {
+        return false;
+    };
+    let me = std::env::args().collect::<Vec<_>>().join(" ");
+    client
+        .let_go(&format!("pid {} (`{me}`)", std::process::id()))
+        .is_ok()
+}
+
+/// An open error, with what the user can do about a store held by another process: the
+/// library names the holder; the flags are the CLI's to name.
+fn held(e: StoreError, waited: Duration) -> Failure {
+    let StoreError::Locked { held_by, .. } = &e else {
+        return Failure(e.to_string());
+    };
+    let waited = if waited.is_zero() {
+        "run with --wait SECONDS to wait for it".to_string()
+    } else {
+        format!(
+            "waited {} s for it; a longer --wait may do",
+            Duration::from_millis(waited.as_millis() as u64).as_secs_f64()
+        )
+    };
+    let serving = matches!(held_by, HeldBy::Process(h) if h.socket.is_some());
+    let through = if serving {
+        ", or read it through the holder (`sketchdb query` and the REPL do that by themselves)"
+    } else {
+        ""
+    };
+    Failure(format!("{e}; {waited}{through}"))
 }
 
 /// Opens a store for `check` or `repair`; an error says which store and what it was for.
-fn open_to(path: &Path, what: &str) -> Result<Store, Failure> {
-    open(path).map_err(|Failure(e)| {
+fn open_to(path: &Path, what: &str, wait: Duration) -> Result<Store, Failure> {
+    open_to_write(path, wait).map_err(|Failure(e)| {
         let shown = path.display().to_string();
         if e.contains(&shown) {
             Failure(format!("cannot {what}: {e}"))
@@ -423,14 +498,24 @@ fn print_json(value: &serde_json::Value) -> Outcome {
     ignore_closed_pipe(writeln!(out, "{value}").map_err(|e| e.to_string()))
 }
 
-fn check_cmd(path: &Path, a: CheckArgs) -> Outcome {
+fn check_cmd(path: &Path, a: CheckArgs, wait: Duration) -> Outcome {
     if !path.exists() {
-        open_to(path, "check")?;
+        open_to(path, "check", wait)?;
+    }
+    // Only the lock is waited for here (a serving holder lets go); the check opens the store
+    // itself.
+    let wait = if ask_to_let_go(path) {
+        wait.max(Duration::from_secs(5))
+    } else {
+        wait
+    };
+    if !wait.is_zero() {
+        let _ = sketchdb::store::SledEngine::open_waiting(path, wait);
     }
     // A store that damage keeps from opening is still walked, so every damaged value is listed.
     let report = Store::check_dir(path).map_err(|e| {
         let shown = path.display().to_string();
-        let e = e.to_string();
+        let Failure(e) = held(e, wait);
         if e.contains(&shown) {
             Failure(format!("cannot check: {e}"))
         } else {
@@ -471,8 +556,8 @@ repair`, {} not); {}",
     )))
 }
 
-fn repair_cmd(path: &Path, a: CheckArgs) -> Outcome {
-    let store = open_to(path, "repair")?;
+fn repair_cmd(path: &Path, a: CheckArgs, wait: Duration) -> Outcome {
+    let store = open_to(path, "repair", wait)?;
     let report = store.repair()?;
     let shown = path.display();
     if a.json {
@@ -622,8 +707,8 @@ empty directory",
     )))
 }
 
-fn ingest_cmd(path: &Path, a: IngestArgs) -> Outcome {
-    let store = open(path)?;
+fn ingest_cmd(path: &Path, a: IngestArgs, wait: Duration) -> Outcome {
+    let store = open_to_write(path, wait)?;
     let mut mapping = Mapping::for_config(store.config());
     mapping.time = a.time_field;
     mapping.unit = a.time_unit;
@@ -802,28 +887,109 @@ fn thousands(x: f64) -> String {
     sketchdb::query::answer::thousands(x.round())
 }
 
-fn query(path: &Path, a: QueryArgs) -> Outcome {
-    let store = open(path)?;
-    let mut session = match a.seed {
-        Some(seed) => Session::with_seed(&store, seed),
-        None => Session::new(&store),
+/// Where answers come from: the store, opened here, or the process holding it.
+enum Opened {
+    Local(Box<Store>),
+    Remote(serve::Client),
+}
+
+/// Opens the store, or, when another process holds it and answers queries, connects to that
+/// process; otherwise a held store is waited for up to `wait`.
+fn open_or_ask(path: &Path, wait: Duration, hello: &serve::Hello) -> Result<Opened, Failure> {
+    no_store(path)?;
+    let started = std::time::Instant::now();
+    // A record naming a running holder that serves: ask it at once, without first waiting
+    // out the lock.
+    if let Some(client) = serve::Client::connect(path, &sketchdb::store::holder::read(path), hello)
+    {
+        return Ok(Opened::Remote(client));
+    }
+    match Store::open(path) {
+        Ok(store) => Ok(Opened::Local(Box::new(store))),
+        Err(e) => {
+            if let StoreError::Locked { held_by, .. } = &e {
+                if let Some(client) = serve::Client::connect(path, held_by, hello) {
+                    return Ok(Opened::Remote(client));
+                }
+                if !wait.is_zero() {
+                    // The first attempt's short wait counts towards --wait.
+                    let rest = wait.saturating_sub(started.elapsed());
+                    return Store::open_with_wait(path, rest)
+                        .map(|s| Opened::Local(Box::new(s)))
+                        .map_err(|e| held(e, wait));
+                }
+            }
+            Err(held(e, Duration::ZERO))
+        }
+    }
+}
+
+/// An answer as `query` prints it, or the error's text.
+struct Rendered {
+    text: String,
+    json: String,
+}
+
+/// Asks statements of a local session or of the holder, the same way.
+enum Asker<'s> {
+    Local(Box<Session<'s>>),
+    Remote(serve::Client),
+}
+
+impl Asker<'_> {
+    fn ask(&mut self, statement: &str) -> Result<Rendered, String> {
+        match self {
+            Asker::Local(session) => session
+                .query(statement)
+                .map(|a| Rendered {
+                    text: a.to_string(),
+                    json: a.to_json(),
+                })
+                .map_err(|e| e.to_string()),
+            Asker::Remote(client) => match client.ask(statement) {
+                Ok(r) if r.ok => Ok(Rendered {
+                    text: r.text,
+                    json: r.json,
+                }),
+                Ok(r) => Err(r.text),
+                Err(e) => Err(format!("asking the process holding the store: {e}")),
+            },
+        }
+    }
+}
+
+fn query(path: &Path, a: QueryArgs, wait: Duration) -> Outcome {
+    let hello = serve::Hello {
+        seed: a.seed,
+        colour: false,
+    };
+    let store;
+    let mut session = match open_or_ask(path, wait, &hello)? {
+        Opened::Local(s) => {
+            store = s;
+            Asker::Local(Box::new(match a.seed {
+                Some(seed) => Session::with_seed(&store, seed),
+                None => Session::new(&store),
+            }))
+        }
+        Opened::Remote(client) => Asker::Remote(client),
     };
     if let Some(now) = &a.now {
         session
-            .query(&format!("SET NOW = {now}"))
+            .ask(&format!("SET NOW = {now}"))
             .map_err(|e| Failure(format!("--now '{now}': {e}")))?;
     }
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    let render = |answer: &sketchdb::query::Answer| {
+    let render = |answer: &Rendered| {
         if a.json {
-            answer.to_json()
+            answer.json.clone()
         } else {
-            answer.to_string()
+            answer.text.clone()
         }
     };
     if let Some(statement) = &a.statement {
-        let answer = session.query(statement)?;
+        let answer = session.ask(statement).map_err(Failure)?;
         return ignore_closed_pipe(writeln!(out, "{}", render(&answer)).map_err(|e| e.to_string()));
     }
     let mut failed = 0u64;
@@ -845,7 +1011,7 @@ fn query(path: &Path, a: QueryArgs) -> Outcome {
                 if text.is_empty() || text.starts_with("--") {
                     continue;
                 }
-                session.query(text).map_err(|e| e.to_string())
+                session.ask(text)
             }
             Err(e) => Err(format!(
                 "the statement is not UTF-8 text (invalid byte at column {})",
@@ -964,8 +1130,7 @@ fn gen_cmd(a: GenArgs) -> Outcome {
     }
 }
 
-fn repl(path: &Path) -> Outcome {
-    let store = open(path)?;
+fn repl(path: &Path, wait: Duration) -> Outcome {
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -975,14 +1140,53 @@ fn repl(path: &Path) -> Outcome {
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".sketchdb_history")));
     let colour = std::io::stdout().is_terminal()
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-    shell::run(
-        &store,
-        ShellOptions {
-            name,
-            history,
-            colour,
-            now: None,
-        },
-    )?;
-    Ok(())
+    let options = ShellOptions {
+        name,
+        history,
+        colour,
+        now: None,
+    };
+    let hello = serve::Hello { seed: None, colour };
+    let mut wait = wait;
+    // A REPL reading through another process goes on when that process goes away or lets
+    // the store go: it finds the store's holder again, or opens the store itself.
+    for _ in 0..10 {
+        match open_or_ask(path, wait, &hello)? {
+            Opened::Local(store) => {
+                // While the REPL holds the store, other processes read it through the REPL,
+                // and a writer may ask it to let go.
+                let (holding, bound) = serve::Holding::new(*store);
+                if let Err(e) = bound {
+                    eprintln!(
+                        "sketchdb: warning: other processes cannot query {} or write to it \
+while this REPL holds it (serving on {} failed: {e})",
+                        path.display(),
+                        path.join(serve::SOCKET_FILE).display()
+                    );
+                }
+                match serve::serve_while(&holding, || shell::run(&holding, options.clone())) {
+                    Err(ShellError::Holder(why)) => {
+                        eprintln!(
+                            "sketchdb: {why}; reading through it (the statement did not run)"
+                        );
+                    }
+                    other => return Ok(other?),
+                }
+            }
+            Opened::Remote(client) => match shell::run_remote(client, options.clone()) {
+                Err(ShellError::Holder(why)) => {
+                    eprintln!(
+                        "sketchdb: {why}; opening the store again (waiting up to a minute for \
+a writer; the statement did not run)"
+                    );
+                    wait = wait.max(Duration::from_secs(60));
+                }
+                other => return Ok(other?),
+            },
+        }
+    }
+    Err(Failure(format!(
+        "{}: the processes holding the store kept going away; start the REPL again",
+        path.display()
+    )))
 }

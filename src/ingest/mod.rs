@@ -1063,7 +1063,10 @@ mod tests {
             reason: "the commit was written but not confirmed durable".into(),
         });
         assert!(!unknown.to_string().contains("unchanged"), "{unknown}");
-        let rolled_back = IngestError::Store(StoreError::Locked { path });
+        let rolled_back = IngestError::Store(StoreError::Locked {
+            path,
+            held_by: crate::store::holder::HeldBy::Unknown,
+        });
         assert!(
             rolled_back.to_string().contains("the store is unchanged"),
             "{rolled_back}"

@@ -87,6 +87,59 @@ pub struct Session<'s> {
     cancel: Arc<AtomicBool>,
 }
 
+/// A [`Session`]'s clock, options, sample generator and cancel flag, apart from any store
+/// handle ([`Session::detach`]).
+pub struct SessionState {
+    now: Option<i64>,
+    options: Options,
+    rng: StdRng,
+    cancel: Arc<AtomicBool>,
+}
+
+impl Default for SessionState {
+    fn default() -> Self {
+        SessionState {
+            now: None,
+            options: Options::default(),
+            rng: StdRng::from_os_rng(),
+            cancel: Arc::default(),
+        }
+    }
+}
+
+impl SessionState {
+    /// A new session's state whose samples are drawn reproducibly from `seed`, as
+    /// [`Session::with_seed`].
+    pub fn with_seed(seed: u64) -> Self {
+        SessionState {
+            rng: StdRng::seed_from_u64(seed),
+            ..SessionState::default()
+        }
+    }
+
+    /// Makes `flag` the session's cancel flag ([`Session::set_cancel_handle`]).
+    pub fn set_cancel_handle(&mut self, flag: Arc<AtomicBool>) {
+        self.cancel = flag;
+    }
+
+    /// The session's clock ([`Session::now`] field).
+    pub fn set_now(&mut self, now: Option<i64>) {
+        self.now = now;
+    }
+
+    /// The session again, on `store`, going on where it left off (the same clock and the next
+    /// draws of the same generator).
+    pub fn attach(self, store: &Store) -> Session<'_> {
+        Session {
+            store,
+            now: self.now,
+            options: self.options,
+            rng: self.rng,
+            cancel: self.cancel,
+        }
+    }
+}
+
 impl<'s> Session<'s> {
     pub fn new(store: &'s Store) -> Self {
         Session {
@@ -134,6 +187,18 @@ impl<'s> Session<'s> {
         self.store
             .scan_until(slice, range, &|| cancel.load(Ordering::Relaxed), each)?
             .ok_or(QueryError::Cancelled)
+    }
+
+    /// The session's state without its store: to keep it across statements while the store
+    /// may be closed and opened again (a REPL that lets a writer have the store between its
+    /// statements), and [`SessionState::attach`] it to the handle there is then.
+    pub fn detach(self) -> SessionState {
+        SessionState {
+            now: self.now,
+            options: self.options,
+            rng: self.rng,
+            cancel: self.cancel,
+        }
     }
 
     /// Reproducible samples.

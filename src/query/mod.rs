@@ -15,7 +15,7 @@ pub mod plan;
 
 pub use answer::{Answer, Kind, Row, Value};
 pub use ast::{Date, Range, SetExpr, Statement, Unit};
-pub use exec::{Options, QueryError, Session};
+pub use exec::{Options, QueryError, Session, SessionState};
 pub use parser::{parse, SyntaxError};
 pub use plan::{Method, Plan, Refusal};
 

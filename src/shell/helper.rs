@@ -21,8 +21,9 @@ const YELLOW: &str = "\x1b[33m";
 const DIM: &str = "\x1b[2m";
 const RESET: &str = "\x1b[0m";
 
-/// The store-dependent words the helper may offer.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// The store-dependent words the helper may offer. Serialized for a REPL that reads through
+/// the store's holder ([`super::serve`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Vocabulary {
     /// Tag values as `field:value` (`chain:a`), as `Store::tags` gives them.
     pub tags: Vec<String>,

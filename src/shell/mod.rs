@@ -4,10 +4,14 @@
 //! completion and hints ([`helper`]), continuation lines, several statements on a line or in a
 //! paste, persistent history, shell commands (`exit`, `quit`, `\json`), Ctrl-C during a query
 //! (it cancels the query through the session's cancel flag) and printing ([`render`]). It drives
-//! one [`Session`] for the whole session, so `SET NOW` persists, and prints the
-//! [`Answer`](crate::query::Answer)s it returns. It must not decide an answer: every statement
-//! goes to the query layer as typed (continuation lines joined), and nothing here reads
-//! sketches.
+//! one [`Session`](crate::query::Session) for the whole session (its state kept apart from the
+//! store between statements, since the store may be let go to a writer and opened again), so
+//! `SET NOW` persists, and prints the [`Answer`](crate::query::Answer)s it returns. It must not
+//! decide an answer: every statement goes to the query layer as typed (continuation lines
+//! joined), and nothing here reads sketches.
+//!
+//! On a store another process holds, [`run_remote`] asks every statement through that
+//! process's socket ([`serve`]) and prints the answers as the holder rendered them for it.
 //!
 //! [`run`] installs a SIGINT handler for the rest of the process's life: while a query runs,
 //! Ctrl-C sets the session's cancel flag; a second Ctrl-C before the query has stopped ends the
@@ -16,9 +20,10 @@
 
 pub mod helper;
 pub mod render;
+pub mod serve;
 
-use crate::query::{parse, QueryError, Session, Statement};
-use crate::store::Store;
+use crate::query::{parse, QueryError, SessionState, Statement};
+use crate::store::{HeldBy, Store, StoreError};
 use helper::{ShellHelper, Vocabulary};
 use rustyline::config::{ColorMode, CompletionType, Config};
 use rustyline::error::ReadlineError;
@@ -28,7 +33,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// How the shell is set up by the binary.
 #[derive(Clone, Debug)]
@@ -48,6 +53,10 @@ pub struct ShellOptions {
 pub enum ShellError {
     #[error("terminal: {0}")]
     Terminal(String),
+    /// The process holding the store, which this REPL read through, stopped answering or let
+    /// the store go: the caller may find the store's holder again, or open it.
+    #[error("{0}")]
+    Holder(String),
 }
 
 impl From<ReadlineError> for ShellError {
@@ -85,10 +94,21 @@ enum Flow {
     Exit,
 }
 
+/// Where the REPL's answers come from.
+enum Backend<'s> {
+    /// The store, held by this process (and let go to a writer that asks, between
+    /// statements), with the session's state, which outlives a store let go and taken back.
+    Local {
+        holding: &'s serve::Holding,
+        state: Option<Box<SessionState>>,
+    },
+    /// The process holding the store, over its socket: read-only, in a session of its own.
+    Remote(serve::Client),
+}
+
 /// The REPL's state between statements.
 struct Shell<'s> {
-    store: &'s Store,
-    session: Session<'s>,
+    backend: Backend<'s>,
     /// The session's cancel flag, which SIGINT sets.
     cancel: Arc<AtomicBool>,
     editor: Editor<ShellHelper, DefaultHistory>,
@@ -98,8 +118,60 @@ struct Shell<'s> {
     history_failed: bool,
 }
 
-/// Runs the REPL until Ctrl-D or `exit`.
-pub fn run(store: &Store, options: ShellOptions) -> Result<(), ShellError> {
+/// Runs the REPL on the store `holding` holds (and serves to others) until Ctrl-D or `exit`.
+/// [`ShellError::Holder`] when, having let the store go to a writer, it finds it held by
+/// another process that serves it (another REPL): the caller reads through that one.
+pub fn run(holding: &serve::Holding, options: ShellOptions) -> Result<(), ShellError> {
+    let cancel = Arc::new(AtomicBool::new(false));
+    let mut state = SessionState::default();
+    state.set_now(options.now);
+    state.set_cancel_handle(Arc::clone(&cancel));
+    let words = holding
+        .store()
+        .as_ref()
+        .map(|s| vocabulary(s, &Vocabulary::default()))
+        .unwrap_or_default();
+    let backend = Backend::Local {
+        holding,
+        state: Some(Box::new(state)),
+    };
+    start(backend, cancel, words, options)
+}
+
+/// Runs the REPL on a store another process holds, asking every statement through `client`
+/// (see [`serve`]): it reads as the local REPL does, prints the same, and cannot write.
+/// Ctrl-C during a statement closes the connection, which cancels the query in the holder,
+/// and opens a new one.
+pub fn run_remote(mut client: serve::Client, options: ShellOptions) -> Result<(), ShellError> {
+    if let Some(now) = options.now {
+        let date = chrono::DateTime::from_timestamp_millis(now)
+            .map(|t| t.format("%Y-%m-%dT%H").to_string())
+            .unwrap_or_default();
+        client
+            .ask(&format!("SET NOW = {date}"))
+            .map_err(|e| ShellError::Holder(e.to_string()))?;
+    }
+    let words = client
+        .vocabulary()
+        .map_err(|e| ShellError::Holder(e.to_string()))?;
+    let h = &client.holder;
+    let note = format!(
+        "{} is held by pid {} (`{}`); reading through it (read-only)",
+        options.name, h.pid, h.command
+    );
+    let _ = writeln!(std::io::stderr(), "{}", render::dim(&note, options.colour));
+    // Set by Ctrl-C as for a local query, so a second Ctrl-C during a query ends the REPL;
+    // the query in the holder runs on.
+    let cancel = Arc::new(AtomicBool::new(false));
+    start(Backend::Remote(client), cancel, words, options)
+}
+
+fn start(
+    backend: Backend<'_>,
+    cancel: Arc<AtomicBool>,
+    words: Vocabulary,
+    options: ShellOptions,
+) -> Result<(), ShellError> {
     let config = Config::builder()
         .auto_add_history(false)
         .history_ignore_dups(true)?
@@ -112,19 +184,10 @@ pub fn run(store: &Store, options: ShellOptions) -> Result<(), ShellError> {
         })
         .build();
     let mut editor = Editor::<ShellHelper, DefaultHistory>::with_config(config)?;
-    editor.set_helper(Some(ShellHelper::new(
-        vocabulary(store, &Vocabulary::default()),
-        options.colour,
-    )));
-    let mut session = Session::new(store);
-    if options.now.is_some() {
-        session.now = options.now;
-    }
-    let cancel = session.cancel_handle();
+    editor.set_helper(Some(ShellHelper::new(words, options.colour)));
     let mut shell = Shell {
-        store,
-        session,
-        cancel: Arc::clone(&cancel),
+        backend,
+        cancel,
         editor,
         options,
         json: false,
@@ -238,7 +301,15 @@ impl Shell<'_> {
             .helper()
             .map(|h| h.vocabulary().clone())
             .unwrap_or_default();
-        let fresh = vocabulary(self.store, &old);
+        let fresh = match &mut self.backend {
+            Backend::Local { holding, .. } => match holding.store().as_ref() {
+                Some(store) => vocabulary(store, &old),
+                None => old,
+            },
+            // Completion is a convenience: a failure keeps the old words (the next statement
+            // reports a holder that went away).
+            Backend::Remote(client) => client.vocabulary().unwrap_or(old),
+        };
         if let Some(h) = self.editor.helper_mut() {
             h.set_vocabulary(fresh);
         }
@@ -274,9 +345,67 @@ impl Shell<'_> {
 
     /// Runs one statement and prints its answer (or error) and how long it took.
     fn execute(&mut self, statement: &str) -> Result<(), ShellError> {
+        let holding = match &mut self.backend {
+            Backend::Local { holding, .. } => *holding,
+            Backend::Remote(client) => {
+                let colour = self.options.colour;
+                let started = Instant::now();
+                let reply = client
+                    .ask_cancellable(statement, &self.cancel)
+                    .map_err(|e| ShellError::Holder(e.to_string()))?;
+                let took = started.elapsed();
+                self.cancel.store(false, Ordering::Relaxed);
+                // Ctrl-C: the connection was closed, which cancels the query in the holder.
+                let Some(reply) = reply else {
+                    return if self.json {
+                        self.print(&render::json_error(&QueryError::Cancelled))
+                    } else {
+                        self.print(&format!("\r{}", render::cancelled(took, colour)))
+                    };
+                };
+                if reply.let_go {
+                    return Err(ShellError::Holder(reply.text));
+                }
+                // The holder rendered the answer as `render` does here, in this REPL's colour.
+                return match reply {
+                    r if self.json => self.print(&r.json),
+                    r if r.cancelled => {
+                        self.print(&format!("\r{}", render::cancelled(took, colour)))
+                    }
+                    r if r.ok => {
+                        self.print(&r.human)?;
+                        if matches!(parse(statement), Ok(Statement::Help)) {
+                            self.print(&self.shell_help())?;
+                        }
+                        self.print(&render::timing(took, colour))
+                    }
+                    r => {
+                        let stderr = std::io::stderr();
+                        let mut err = stderr.lock();
+                        writeln!(err, "{}", r.human)?;
+                        err.flush()?;
+                        Ok(())
+                    }
+                };
+            }
+        };
+        if holding.store().is_none() && !self.take_back(holding)? {
+            return Ok(());
+        }
         let colour = self.options.colour;
         let started = Instant::now();
-        let result = self.session.query(statement);
+        let result = {
+            let store = holding.store();
+            let (Some(store), Backend::Local { state, .. }) = (store.as_ref(), &mut self.backend)
+            else {
+                // Let go again since the line above: the next statement takes it back.
+                return Ok(());
+            };
+            let mut session = state.take().map(|s| *s).unwrap_or_default().attach(store);
+            let result = session.query(statement);
+            *state = Some(Box::new(session.detach()));
+            result
+        };
         let took = started.elapsed();
         // A Ctrl-C that came after the query's last check is not meant for the next one.
         self.cancel.store(false, Ordering::Relaxed);
@@ -303,6 +432,52 @@ impl Shell<'_> {
                 Ok(())
             }
         }
+    }
+
+    /// Opens the store again after it was let go to a writer, waiting for the writer (Ctrl-C
+    /// stops waiting). `false`: the statement is not run (the reason printed).
+    fn take_back(&mut self, holding: &serve::Holding) -> Result<bool, ShellError> {
+        let colour = self.options.colour;
+        let to = holding.let_go_to().unwrap_or_else(|| "a writer".into());
+        self.note(&format!("the store was let go to {to}; opening it again"))?;
+        let mut told = false;
+        self.cancel.store(false, Ordering::Relaxed);
+        loop {
+            match holding.take_back(Duration::from_millis(500)) {
+                Ok(()) => return Ok(true),
+                Err(StoreError::Locked { held_by, .. }) => {
+                    // Another REPL took it meanwhile: read through that one instead (the
+                    // caller connects to it).
+                    if matches!(&held_by, HeldBy::Process(h) if h.socket.is_some()) {
+                        return Err(ShellError::Holder(format!("the store is now {held_by}")));
+                    }
+                    if self.cancel.swap(false, Ordering::Relaxed) {
+                        self.note("stopped waiting; the next statement tries again")?;
+                        return Ok(false);
+                    }
+                    if !told {
+                        told = true;
+                        self.note(&format!(
+                            "waiting for the store: it is {held_by} (Ctrl-C stops waiting)"
+                        ))?;
+                    }
+                }
+                Err(e) => {
+                    let text = render::error(&QueryError::Store(e), colour);
+                    writeln!(std::io::stderr(), "{text}")?;
+                    return Ok(false);
+                }
+            }
+        }
+    }
+
+    /// A line about the REPL itself, on stderr in the dim style.
+    fn note(&self, text: &str) -> Result<(), ShellError> {
+        let stderr = std::io::stderr();
+        let mut err = stderr.lock();
+        writeln!(err, "{}", render::dim(text, self.options.colour))?;
+        err.flush()?;
+        Ok(())
     }
 
     /// The REPL's own lines, after the language's HELP.

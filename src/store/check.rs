@@ -352,6 +352,7 @@ impl Store {
             acked: None,
         };
         let store = Store {
+            holder: Mutex::new(None),
             path: path.to_path_buf(),
             engine,
             config,

@@ -19,8 +19,14 @@ pub enum StoreError {
         /// The format this build writes.
         supported: u32,
     },
-    #[error("{path}: the store is already open for writing by another process")]
-    Locked { path: PathBuf },
+    /// Another process holds the store (sled's lock); `held_by` names it from the holder
+    /// record it wrote (see [`super::holder`]). [`Store::open_with_wait`](super::Store::open_with_wait)
+    /// waits for it.
+    #[error("{path}: the store is {held_by}")]
+    Locked {
+        path: PathBuf,
+        held_by: super::holder::HeldBy,
+    },
     #[error("{path}: storage engine error: {source}")]
     Engine {
         path: PathBuf,

@@ -37,6 +37,7 @@ mod check;
 mod checkpoint;
 pub mod engine;
 pub mod error;
+pub mod holder;
 mod import;
 pub mod keys;
 pub mod kinds;
@@ -58,6 +59,7 @@ pub use engine::mem::MemEngine;
 pub use engine::sled::{SledEngine, SEGMENT_BYTES};
 pub use engine::{Engine, EngineError, WriteBatch, VALUE_MAX};
 pub use error::{Result, StoreError};
+pub use holder::{HeldBy, Holder};
 pub use import::Import;
 pub use model::{
     lowercase_item, BucketWidth, Config, Event, Sample, Slice, TimeRange, MAX_TIME, MIN_TIME,
@@ -68,12 +70,14 @@ pub use state::MemoryUse;
 use crate::codec;
 use crate::sketch::SketchSet;
 use checkpoint::Checkpoint;
+use holder::HolderFile;
 use import::thread_token;
 use seam::Seam;
 use state::State;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
 /// The on-disk format this build writes. 4: log blocks compressed (block layout 2) and
 /// reservoirs holding log sequence numbers ([`Sample`]); a build that reads only 3 would take
@@ -94,6 +98,10 @@ pub const META_KIND: u8 = kinds::META.blob;
 pub struct Store {
     /// The engine's location, for messages.
     path: PathBuf,
+    /// This process's holder record in the store directory (stores on sled opened by
+    /// [`Store::open`] or [`Store::create`]), removed in `drop` before the engine releases the
+    /// lock. A mutex only so that [`Store::set_socket`] can take `&self`.
+    holder: Mutex<Option<HolderFile>>,
     engine: Seam,
     config: Config,
     state: Mutex<State>,
@@ -109,6 +117,7 @@ fn open_error(path: &Path, source: EngineError) -> StoreError {
     match source {
         EngineError::Locked => StoreError::Locked {
             path: path.to_path_buf(),
+            held_by: holder::read(path),
         },
         source => StoreError::Engine {
             path: path.to_path_buf(),
@@ -124,19 +133,64 @@ impl Store {
         config.validate()?;
         let engine =
             SledEngine::create(path, config.engine_cache_bytes).map_err(|e| open_error(path, e))?;
-        Self::create_with(Box::new(engine), config)
+        // Written as soon as the lock is ours, so that a process finding it held can name us.
+        let holder = HolderFile::write(path);
+        let store = Self::create_with(Box::new(engine), config)?;
+        Ok(store.held(holder))
     }
 
-    /// Opens an existing store on sled, replaying its log past the last checkpoint.
+    /// Opens an existing store on sled, replaying its log past the last checkpoint. A store
+    /// held by another process is [`StoreError::Locked`], naming the holder.
     pub fn open(dir: impl AsRef<Path>) -> Result<Store> {
+        Self::open_with_wait(dir, Duration::ZERO)
+    }
+
+    /// [`Store::open`], but a store held by another process is waited for, up to `wait`,
+    /// before it is [`StoreError::Locked`].
+    pub fn open_with_wait(dir: impl AsRef<Path>, wait: Duration) -> Result<Store> {
         let path = dir.as_ref();
-        match SledEngine::open(path) {
-            Ok(Some(engine)) => Self::open_with(Box::new(engine)),
+        match SledEngine::open_waiting(path, wait) {
+            Ok(Some(engine)) => {
+                // Before the replay, which can take a while: the holder is named meanwhile.
+                let holder = HolderFile::write(path);
+                let store = Self::open_with(Box::new(engine))?;
+                Ok(store.held(holder))
+            }
             Ok(None) => Err(StoreError::NotAStore {
                 path: path.to_path_buf(),
             }),
             Err(e) => Err(open_error(path, e)),
         }
+    }
+
+    fn held(self, holder: Option<HolderFile>) -> Store {
+        if let Ok(mut h) = self.holder.lock() {
+            *h = holder;
+        }
+        self
+    }
+
+    /// Records in the store's holder record that this process answers queries on `socket`
+    /// (`None`: no longer), so a process that finds the store held can ask through it. The
+    /// store does not serve anything itself; the caller does (the CLI does, over a Unix
+    /// socket). Without a holder record (a store not opened by [`Store::open`] or
+    /// [`Store::create`]) it does nothing.
+    pub fn set_socket(&self, socket: Option<&Path>) -> Result<()> {
+        let mut holder = self.holder.lock().map_err(|_| StoreError::MustReopen {
+            path: self.path.clone(),
+            reason: "a panic interrupted a change to its holder record".into(),
+        })?;
+        if let Some(h) = holder.as_mut() {
+            h.set_socket(socket.map(Path::to_path_buf))
+                .map_err(|source| StoreError::Engine {
+                    path: self.path.clone(),
+                    source: EngineError::Io {
+                        op: "write the holder record",
+                        source,
+                    },
+                })?;
+        }
+        Ok(())
     }
 
     /// Creates a store with `config` on `engine`, which must not hold one already.
@@ -321,6 +375,11 @@ impl Drop for Store {
     /// reported; the log is already durable after `flush`, and replay covers the rest.
     fn drop(&mut self) {
         let _ = self.checkpoint();
+        // Before the engine (a later field) releases the lock: once it is released another
+        // process may write its own record, which must not be the one removed.
+        if let Ok(mut h) = self.holder.lock() {
+            h.take();
+        }
     }
 }
 

@@ -90,6 +90,7 @@ impl Store {
             engine.sync()?;
         }
         let store = Store {
+            holder: Mutex::new(None),
             path: engine.path().to_path_buf(),
             engine,
             config,

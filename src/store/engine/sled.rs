@@ -99,7 +99,7 @@ impl SledEngine {
         }
         // sled's files first: a directory holding only the settings file would look foreign to
         // `sketchdb init`; without the file (a crash in between) the default cache is used.
-        let engine = Self::open_with_cache(dir, cache_bytes)?;
+        let engine = Self::open_with_cache(dir, cache_bytes, Duration::ZERO)?;
         std::fs::write(
             dir.join(CACHE_FILE),
             format!("cache_bytes: {cache_bytes}\n"),
@@ -112,6 +112,12 @@ impl SledEngine {
 
     /// Opens the engine in `dir`; `Ok(None)` if `dir` holds none (nothing is created then).
     pub fn open(dir: &Path) -> Result<Option<SledEngine>, EngineError> {
+        Self::open_waiting(dir, Duration::ZERO)
+    }
+
+    /// [`SledEngine::open`], waiting up to `wait` (at least [`LOCK_WAIT`]) for a lock held
+    /// by another process.
+    pub fn open_waiting(dir: &Path, wait: Duration) -> Result<Option<SledEngine>, EngineError> {
         if !dir.join("conf").exists() && !dir.join("db").exists() {
             return Ok(None);
         }
@@ -131,7 +137,7 @@ impl SledEngine {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => DEFAULT_ENGINE_CACHE_BYTES,
             Err(e) => return Err(io("read the engine settings")(e)),
         };
-        Self::open_with_cache(dir, cache).map(Some)
+        Self::open_with_cache(dir, cache, wait).map(Some)
     }
 
     /// sled's segment size for a store at `dir`: the one it was created with (sled refuses to
@@ -148,13 +154,25 @@ impl SledEngine {
 
     /// A lock held by this process's previous handle, whose I/O threads can outlive its drop by
     /// a moment, is waited out for up to [`LOCK_WAIT`]; a lock still held after that (another
-    /// process) is [`EngineError::Locked`].
-    fn open_with_cache(dir: &Path, cache_bytes: u64) -> Result<SledEngine, EngineError> {
+    /// process) is [`EngineError::Locked`], unless the caller asked to wait longer (`wait`).
+    fn open_with_cache(
+        dir: &Path,
+        cache_bytes: u64,
+        wait: Duration,
+    ) -> Result<SledEngine, EngineError> {
         let started = Instant::now();
+        let wait = wait.max(LOCK_WAIT);
         loop {
             match Self::try_open(dir, cache_bytes) {
-                Err(EngineError::Locked) if started.elapsed() < LOCK_WAIT => {
-                    std::thread::sleep(Duration::from_millis(10));
+                Err(EngineError::Locked) if started.elapsed() < wait => {
+                    // Quick retries for our own previous handle; another process's hold is
+                    // usually longer, so past that the attempts space out.
+                    let pause = if started.elapsed() < LOCK_WAIT {
+                        10
+                    } else {
+                        50
+                    };
+                    std::thread::sleep(Duration::from_millis(pause));
                 }
                 other => return other,
             }
