@@ -345,6 +345,16 @@ impl HyperLogLog {
         }
     }
 
+    /// The coupons of a sparse sketch (one per 26-bit address: the address in the low 26 bits,
+    /// the register value above), as DataSketches' list and set modes hold them; `None` once
+    /// dense.
+    pub fn coupons(&self) -> Option<Vec<u32>> {
+        match &self.repr {
+            Repr::Sparse(set) => Some(set.iter().collect()),
+            Repr::Dense(_) => None,
+        }
+    }
+
     /// The register values as one byte each (for inspection and tests).
     pub fn register_values(&self) -> Vec<u8> {
         match &self.repr {

@@ -19,6 +19,7 @@
 pub mod bloom;
 pub mod bounds;
 pub mod countmin;
+pub mod datasketches;
 pub mod hll;
 pub mod reservoir;
 pub mod set;

@@ -89,6 +89,25 @@ impl Theta {
         self.count
     }
 
+    /// θ as DataSketches stores it: a threshold on 63-bit hash values, `i64::MAX` until the
+    /// sketch first discards.
+    pub fn theta64(&self) -> u64 {
+        self.theta
+    }
+
+    /// log2 of the nominal entries.
+    pub fn lg_k(&self) -> u8 {
+        self.lg_k
+    }
+
+    /// The retained hash values (MurmurHash3's first word, shifted right once) in ascending
+    /// order: a compact, ordered sketch's entries.
+    pub fn retained_hashes(&self) -> Vec<u64> {
+        let mut v = self.values();
+        v.sort_unstable();
+        v
+    }
+
     /// Whether the count is still exact (nothing discarded yet).
     pub fn is_exact(&self) -> bool {
         self.theta == MAX_THETA
