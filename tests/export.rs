@@ -1,0 +1,161 @@
+//! `sketchdb export` as a user runs it: a store built by the CLI, its sketches written as
+//! Apache DataSketches images, read back by the official `datasketches` crate and compared with
+//! the same sketches read through the library.
+
+use datasketches::hll::HllSketch;
+use datasketches::theta::CompactThetaSketch;
+use sketchdb::sketch::Sketch;
+use sketchdb::store::{Slice, Store, TimeRange};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_sketchdb");
+const DAY0: i64 = 1_796_083_200_000; // 2026-12-01T00:00:00Z
+
+fn tempdir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sketchdb-export-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+fn run(db: &Path, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .output()
+        .expect("run sketchdb")
+}
+
+fn ok(db: &Path, args: &[&str]) -> Output {
+    let out = run(db, args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Three days of `gen chains` in day buckets, tagged by chain.
+fn store(dir: &Path) -> PathBuf {
+    let db = dir.join("tx.db");
+    let input = dir.join("in.jsonl");
+    let gen = Command::new(BIN)
+        .args(["gen", "chains", "--days", "3", "--events-per-day", "20000"])
+        .output()
+        .expect("gen");
+    assert!(gen.status.success());
+    std::fs::write(&input, &gen.stdout).expect("write input");
+    ok(&db, &["init", "--bucket", "day", "--tag", "chain"]);
+    ok(&db, &["ingest", "--quiet", input.to_str().expect("utf-8")]);
+    db
+}
+
+#[test]
+fn exported_images_read_in_datasketches_as_the_stores_own_sketches() {
+    let dir = tempdir("images");
+    let db = store(&dir);
+    let theta_file = dir.join("base.theta");
+    let out = ok(
+        &db,
+        &[
+            "export",
+            "--sketch",
+            "theta",
+            "--tag",
+            "chain:base",
+            "--from",
+            "2026-12-01",
+            "--to",
+            "2026-12-03",
+            "--out",
+            theta_file.to_str().expect("utf-8"),
+        ],
+    );
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("over 2 buckets"), "{said}");
+    let hll8 = ok(&db, &["export", "--sketch", "hll"]).stdout;
+    let hll6 = ok(
+        &db,
+        &["export", "--sketch", "hll", "--hll-bits", "6", "--base64"],
+    )
+    .stdout;
+
+    let store = Store::open(&db).expect("open");
+    let range = TimeRange::between(DAY0, DAY0 + 2 * 86_400_000);
+    let ours = store
+        .merged_theta(&Slice::tag("chain", "base"), &range)
+        .expect("theta")
+        .sketch
+        .expect("events");
+    let read = CompactThetaSketch::deserialize(&std::fs::read(&theta_file).expect("read"))
+        .expect("DataSketches reads the Theta image");
+    assert_eq!(read.theta64(), ours.theta64());
+    let mut entries: Vec<u64> = read.iter().map(|e| e.hash()).collect();
+    entries.sort_unstable();
+    assert_eq!(entries, ours.retained_hashes());
+
+    let ours = store
+        .merged_hll(&Slice::Whole, &TimeRange::all())
+        .expect("hll")
+        .sketch
+        .expect("events");
+    let read8 = HllSketch::deserialize(&hll8).expect("DataSketches reads the HLL_8 image");
+    let text = String::from_utf8(hll6).expect("base64 is text");
+    let raw6 = decode_base64(text.trim());
+    let read6 = HllSketch::deserialize(&raw6).expect("DataSketches reads the HLL_6 image");
+    assert_eq!(read8.estimate().to_bits(), read6.estimate().to_bits());
+    // The composite estimator there and ours here read the same registers; they are different
+    // estimators, so they agree to within the sketch's standard error (1.04/√16384 = 0.8%).
+    let (there, here) = (read8.estimate(), ours.estimate().value);
+    assert!(
+        (there - here).abs() <= 0.008 * here,
+        "{there} there against {here} here"
+    );
+    drop(store);
+
+    // Bad input: named, nothing written.
+    let out = run(&db, &["export", "--sketch", "hll", "--tag", "chain"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("FIELD:VALUE"));
+    let out = run(&db, &["export", "--sketch", "hll", "--hll-bits", "4"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("HLL_4"));
+    let out = run(
+        &db,
+        &["export", "--sketch", "theta", "--from", "2030-01-01"],
+    );
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("nothing to export"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn decode_base64(text: &str) -> Vec<u8> {
+    let value = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        b'/' => 63,
+        other => panic!("not base64: {other}"),
+    };
+    let mut out = Vec::new();
+    for chunk in text.as_bytes().chunks(4) {
+        let digits: Vec<u8> = chunk
+            .iter()
+            .filter(|&&c| c != b'=')
+            .map(|&c| value(c))
+            .collect();
+        let n = digits
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &d)| n | u32::from(d) << (18 - 6 * i));
+        out.extend_from_slice(&n.to_be_bytes()[1..digits.len()]);
+    }
+    out
+}
