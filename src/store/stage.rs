@@ -10,11 +10,12 @@
 //!   recently used are let go until they take at most a quarter: clean ones (as committed) are
 //!   dropped, changed ones are written to *staged* keys (`G` + the suffix of their `S` key, see
 //!   [`super::kinds::STAGED`]) in engine batches of at most [`STAGE_BATCH_BYTES`] and
-//!   [`STAGE_BATCH_OPS`] writes, without a sync, and remembered in `State::staged`. A later event for a staged set reads it back from
-//!   its `G` keys (`ensure_loaded`); those keys are then stale (`State::stale_staged`) and are
-//!   deleted before the commit unless the set is staged again.
-//! - **Commit.** If anything is staged, or the changed sets held are over
-//!   [`STAGE_BATCH_BYTES`], every changed set is staged first (kept in memory, now clean), so
+//!   [`STAGE_BATCH_OPS`] writes, without a sync, and remembered in `State::staged`. A later
+//!   event for a staged set reads it back from its `G` keys (`ensure_loaded`); those keys are
+//!   then stale (`State::stale_staged`) and are deleted before the commit unless the set is
+//!   staged again.
+//! - **Commit.** If anything is staged, or the changed sets held are many or large (over
+//!   [`COMMIT_DIRECT_SETS`] or [`COMMIT_DIRECT_BYTES`]), every changed set is staged first (kept in memory, now clean), so
 //!   the one atomic commit batch holds only the log, the all-time filter, the checkpoint record
 //!   and the marker `M staged` (the commit's log position). Once that batch is synced, the
 //!   staged keys are rolled forward: each `G` value is copied to its `S` key (a header with its
@@ -49,6 +50,17 @@ pub(crate) const STAGE_BATCH_BYTES: usize = 8 << 20;
 /// whole batch: measured on the contracts day (`tests/bounded_import.rs`), one roll-forward
 /// batch of 65,938 small writes took the process from 170 to 419 MB.
 pub(crate) const STAGE_BATCH_OPS: usize = 256;
+
+/// A commit with nothing staged writes its changed sets in its own atomic batch, as before
+/// staging, if they are at most this many and take at most [`COMMIT_DIRECT_BYTES`]; more are
+/// staged first. Staging writes each set twice (and sled keeps the dead copy until it cleans
+/// its segments), so it is kept for the commits that need it: the many sets of a batch that
+/// sled would hold in memory write by write (the contracts day, 6,600 sets: 417 MiB in one
+/// batch, 160 MiB staged), not a few days' sets, which `tests/full_disk.rs` then needed twice
+/// the disk for.
+const COMMIT_DIRECT_SETS: usize = 256;
+/// See [`COMMIT_DIRECT_SETS`].
+const COMMIT_DIRECT_BYTES: usize = 64 << 20;
 
 /// Whether a staging or roll-forward batch is full.
 fn full(batch: &WriteBatch) -> bool {
@@ -127,9 +139,9 @@ impl Store {
     }
 
     /// Writes the changed sets among `which` to their staged keys, in batches of at most
-    /// [`STAGE_BATCH_BYTES`], and records them as staged. With `keep`, they stay in memory as
-    /// clean sets (the commit's case); without, they and the clean ones among `which` leave
-    /// memory.
+    /// [`STAGE_BATCH_OPS`] writes or [`STAGE_BATCH_BYTES`], and records them as staged. With
+    /// `keep`, they stay in memory as clean sets (the commit's case); without, they and the
+    /// clean ones among `which` leave memory.
     pub(super) fn stage_sets(
         &self,
         st: &mut State,
@@ -185,8 +197,9 @@ impl Store {
     }
 
     /// Before an import's commit: deletes staged keys that memory has superseded and, if
-    /// anything is staged or the changed sets held are large, stages every changed set, so the
-    /// commit batch stays small and the staged sets all move at the commit.
+    /// anything is staged or the changed sets held are many or large (see
+    /// [`COMMIT_DIRECT_SETS`]), stages every changed set, so the commit batch stays small and
+    /// the staged sets all move at the commit.
     pub(super) fn prepare_commit(&self, st: &mut State) -> Result<()> {
         let stale: Vec<(u32, i64)> = std::mem::take(&mut st.stale_staged)
             .into_iter()
@@ -214,7 +227,10 @@ impl Store {
             .filter_map(|k| st.sets.get(k))
             .map(|a| a.set.size_bytes())
             .sum();
-        if !st.staged.is_empty() || dirty_bytes > STAGE_BATCH_BYTES {
+        if !st.staged.is_empty()
+            || dirty.len() > COMMIT_DIRECT_SETS
+            || dirty_bytes > COMMIT_DIRECT_BYTES
+        {
             self.stage_sets(st, &dirty, true)?;
         }
         Ok(())
@@ -231,7 +247,8 @@ impl Store {
     }
 
     /// Moves every staged value to its `S` key (a header with `log_pos` set to the commit's),
-    /// in batches of at most [`STAGE_BATCH_BYTES`]; then deletes the marker and syncs.
+    /// in batches of at most [`STAGE_BATCH_OPS`] writes or [`STAGE_BATCH_BYTES`]; then deletes
+    /// the marker and syncs.
     /// Idempotent: a crash part way leaves the rest for the next open.
     pub(super) fn roll_forward(engine: &Seam, log_pos: u64) -> Result<()> {
         loop {
