@@ -316,12 +316,12 @@ fn ingest_with(
         stop: &stop,
     };
     // Every batch in flight holds its events' strings (about 13 MB for 16,384 lines of
-    // `gen chains`), so the batches are part of what an ingest holds besides sets: one being
-    // parsed, one waiting, one being applied, and one going back for reuse. (With 4 waiting,
-    // heaptrack found 78 MB in batches at the peak of an 8-day ingest; the store thread is the
-    // slower one, so more waiting batches buy nothing.)
-    let (to_store, from_parser) = sync_channel::<Msg>(1);
-    let (recycle, recycled) = sync_channel::<Vec<Event>>(1);
+    // `gen chains`), so the batches are part of what an ingest holds besides sets: at most
+    // six exist (one being parsed, two waiting, one being applied, two going back for reuse;
+    // were 4 waiting and 8 for reuse). One of each cost about 20% of the throughput of a
+    // 2M-line two-chains ingest on this VM; two of each no measurable difference (3 runs each).
+    let (to_store, from_parser) = sync_channel::<Msg>(2);
+    let (recycle, recycled) = sync_channel::<Vec<Event>>(2);
     let lowercase = store.config().lowercase_items;
     std::thread::scope(|scope| {
         let parser = Parser {
