@@ -40,10 +40,11 @@ fn config() -> Config {
             reservoir_size: 50,
             ..SketchConfig::default()
         },
-        // Checkpoints inside ingests and evictions (40 sets over a 3 MiB budget), so crashes
-        // and failures land in them too.
+        // Checkpoints inside ingests and evictions, and staging inside imports (40 sets over a
+        // 512 KiB budget, which holds two of the largest sets), so crashes and failures land in
+        // them too.
         checkpoint_every: 300,
-        memory_budget: 3 << 20,
+        memory_budget: 512 << 10,
         ..Config::default()
     }
 }

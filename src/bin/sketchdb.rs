@@ -174,6 +174,11 @@ struct InitArgs {
     /// every later ingest and query does the same
     #[arg(long)]
     lowercase_items: bool,
+    /// Memory for sketch sets, in bytes or with a binary suffix (64M, 1G; K, M, G, T and
+    /// KiB, MiB, GiB, TiB): every ingest, imports included, holds at most this much in sets
+    /// and stages the rest on disk until its commit [default: 1G]
+    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
+    memory_budget: Option<usize>,
 }
 
 #[derive(Args)]
@@ -342,6 +347,30 @@ fn parse_bucket(s: &str) -> Result<BucketWidth, String> {
             "'{s}' is not a bucket width (expected day or hour)"
         )),
     }
+}
+
+/// A byte count: digits, optionally followed by a binary suffix (`64M` is 64 MiB).
+fn parse_bytes(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, suffix) = t.split_at(split);
+    let shift = match suffix.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kib" => 10,
+        "m" | "mib" => 20,
+        "g" | "gib" => 30,
+        "t" | "tib" => 40,
+        _ => {
+            return Err(format!(
+                "'{s}' is not a byte count (expected e.g. 67108864, 64M or 1G)"
+            ))
+        }
+    };
+    digits
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(1usize << shift))
+        .ok_or_else(|| format!("'{s}' is not a byte count (expected e.g. 67108864, 64M or 1G)"))
 }
 
 fn parse_delimiter(s: &str) -> Result<u8, String> {
@@ -808,6 +837,7 @@ fn init(path: &Path, a: InitArgs) -> Outcome {
         sketches,
         retention_ms: a.retention_days.map(|d| i64::from(d) * DAY_MS),
         lowercase_items: a.lowercase_items,
+        memory_budget: a.memory_budget.unwrap_or(Config::default().memory_budget),
         ..Config::default()
     };
     config.validate()?;

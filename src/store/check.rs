@@ -19,6 +19,7 @@ use super::error::{Result, StoreError};
 use super::keys::{self, Part};
 use super::seam::Seam;
 use super::sets::{AllTime, SetHeader};
+use super::stage::{StagedMarker, MARKER};
 use super::state::{Active, State, TagDict};
 use super::SledEngine;
 use super::{codec, kinds, log, Store, WriteBatch, FORMAT_VERSION, OLDEST_FORMAT};
@@ -159,6 +160,28 @@ fn bit(part: Part) -> u8 {
 
 fn part_of(byte: u8) -> Option<Part> {
     Part::ALL.into_iter().find(|&p| p as u8 == byte)
+}
+
+/// Decodes one stored part of a set as its reader would, noting the counts it holds in `seen`.
+fn decode_part(part: Part, bytes: &[u8], seen: &mut SetSeen) -> std::result::Result<(), String> {
+    let e = |e: crate::sketch::SketchError| e.to_string();
+    match part {
+        Part::Header => codec::decode::<SetHeader>(kinds::META.blob, bytes)
+            .map(|h| {
+                seen.events = Some(h.events);
+                seen.log_pos = Some(h.log_pos);
+            })
+            .map_err(|e| e.to_string()),
+        Part::Bloom => BloomFilter::decode(bytes).map(drop).map_err(e),
+        Part::Hll => HyperLogLog::decode(bytes).map(drop).map_err(e),
+        Part::Theta => Theta::decode(bytes).map(drop).map_err(e),
+        Part::CountMin => CountMin::decode(bytes)
+            .map(|c| seen.cms_total = Some(c.total()))
+            .map_err(e),
+        Part::Reservoir => super::sets::decode_reservoir(bytes)
+            .map(|r| seen.reservoir_seen = Some(r.seen()))
+            .map_err(e),
+    }
 }
 
 fn time_label(t: i64) -> String {
@@ -348,6 +371,9 @@ impl Store {
             deferred_error: None,
             log_retained_from: None,
             importing: false,
+            staged: Default::default(),
+            stale_staged: Default::default(),
+            import_failed: None,
             broken: None,
             acked: None,
         };
@@ -423,6 +449,7 @@ listed here"
         self.check_tags(&mut w)?;
         self.check_all_time(&mut w)?;
         self.check_sets(&mut w)?;
+        self.check_staged(&mut w)?;
         self.check_log(&mut w, st.checkpoint_pos, retained_from)?;
         self.check_set_totals(&mut w, retained_from);
         self.check_orphan_chunks(&mut w)?;
@@ -469,6 +496,9 @@ listed here"
                     .map_err(|e| e.to_string()),
                 "retained_from" => codec::decode::<i64>(meta, &bytes)
                     .map(|t| retained_from = Some(t))
+                    .map_err(|e| e.to_string()),
+                MARKER => codec::decode::<StagedMarker>(meta, &bytes)
+                    .map(drop)
                     .map_err(|e| e.to_string()),
                 _ => Err("not a record this build writes".into()),
             };
@@ -585,26 +615,7 @@ listed here"
             seen.present |= bit(part);
             let outcome = match self.checked_value(&key, raw, &mut w.checked)? {
                 Err(detail) => Err(detail),
-                Ok(bytes) => {
-                    let e = |e: crate::sketch::SketchError| e.to_string();
-                    match part {
-                        Part::Header => codec::decode::<SetHeader>(kinds::META.blob, &bytes)
-                            .map(|h| {
-                                seen.events = Some(h.events);
-                                seen.log_pos = Some(h.log_pos);
-                            })
-                            .map_err(|e| e.to_string()),
-                        Part::Bloom => BloomFilter::decode(&bytes).map(drop).map_err(e),
-                        Part::Hll => HyperLogLog::decode(&bytes).map(drop).map_err(e),
-                        Part::Theta => Theta::decode(&bytes).map(drop).map_err(e),
-                        Part::CountMin => CountMin::decode(&bytes)
-                            .map(|c| seen.cms_total = Some(c.total()))
-                            .map_err(e),
-                        Part::Reservoir => super::sets::decode_reservoir(&bytes)
-                            .map(|r| seen.reservoir_seen = Some(r.seen()))
-                            .map_err(e),
-                    }
-                }
+                Ok(bytes) => decode_part(part, &bytes, seen),
             };
             match outcome {
                 Ok(()) => seen.sound |= bit(part),
@@ -615,6 +626,56 @@ listed here"
             }
         }
         w.checked.sets = w.sets.len() as u64;
+        Ok(())
+    }
+
+    /// Every value an import staged (`G` keys): a store that opened has none (opening moves a
+    /// committed import's into place and deletes an uncommitted one's), but a store that does
+    /// not open may. Each is decoded as its `S` part would be; a damaged one is named
+    /// "staged ..." and is removed by repair (the import that wrote it did not commit, or its
+    /// set is rebuilt from the log once it is in place).
+    fn check_staged(&self, w: &mut Walk<'_>) -> Result<()> {
+        for entry in self.engine.raw_prefix(&[keys::STAGED]) {
+            let (key, raw) = entry?;
+            w.checked.parts += 1;
+            let parsed = keys::committed_of_staged(&key).and_then(|k| {
+                let set = keys::parse_sketch(&k)?;
+                Some((set, part_of(k[1])?))
+            });
+            let outcome = match self.checked_value(&key, raw, &mut w.checked)? {
+                Err(detail) => Err(detail),
+                Ok(bytes) => match parsed {
+                    Some((_, part)) => decode_part(part, &bytes, &mut SetSeen::default()),
+                    None => Err("not a key this build writes".into()),
+                },
+            };
+            let Err(detail) = outcome else {
+                continue;
+            };
+            let mut d = match parsed {
+                Some((set, part)) => {
+                    let mut d = self.set_damage(w.tags, Some(part), set, detail);
+                    d.name = format!("staged {}", d.name);
+                    d.set = None;
+                    d
+                }
+                None => Damage {
+                    name: format!("staged sketch key {key:02x?}"),
+                    kind: kinds::STAGED.name,
+                    part: None,
+                    bucket: None,
+                    tag: None,
+                    detail,
+                    recovery: Recovery::Remove,
+                    set: None,
+                    key: Vec::new(),
+                },
+            };
+            d.kind = kinds::STAGED.name;
+            d.recovery = Recovery::Remove;
+            d.key = key;
+            w.damaged.push(d);
+        }
         Ok(())
     }
 
@@ -1021,7 +1082,12 @@ from event {}",
             .iter()
             .filter(|d| d.recovery == Recovery::Remove)
         {
-            batch.delete(d.key.clone());
+            if d.kind == kinds::STAGED.name {
+                // With its chunks, if it has any.
+                self.engine.delete(&mut batch, d.key.clone())?;
+            } else {
+                batch.delete(d.key.clone());
+            }
             report.removed.push(d.name.clone());
         }
         self.engine.apply(batch)?;

@@ -3,13 +3,15 @@
 //! checkpoint record; evicting the least recently used clean sets while memory is over budget;
 //! and dropping log blocks older than the retention window.
 //!
-//! Owns: when sets reach the disk outside an import, and the checkpoint record.
+//! Owns: when sets reach the disk outside an import, and the checkpoint record (with, at an
+//! import's commit, the staging marker: see `stage`).
 
 use super::engine::WriteBatch;
 use super::error::{Result, StoreError};
 use super::keys::{self, Part};
 use super::model::Sample;
-use super::sets::{AllTime, SetHeader};
+use super::sets::{AllTime, SetHeader, Stored};
+use super::stage::{StagedMarker, MARKER};
 use super::state::{State, TagDict};
 use super::{codec, kinds, log, Store};
 use crate::sketch::{Sketch, SketchError, SketchSet};
@@ -70,6 +72,16 @@ impl Store {
             keys::meta("checkpoint"),
             Self::blob(&self.path, &Checkpoint { log_pos: pos })?,
         )?;
+        // An import's commit with staged sets: the marker commits them with everything else
+        // (see `stage`); they move to their `S` keys once this batch is durable.
+        let staged = !st.staged.is_empty();
+        if staged {
+            self.engine.put(
+                &mut batch,
+                keys::meta(MARKER),
+                Self::blob(&self.path, &StagedMarker { log_pos: pos })?,
+            )?;
+        }
         let expired = self.expire_into(st, pos, &mut batch)?;
         self.engine.apply(batch)?;
         self.engine.sync()?;
@@ -83,6 +95,22 @@ impl Store {
         }
         st.checkpoint_pos = pos;
         st.since_checkpoint = 0;
+        if staged {
+            st.staged.clear();
+            st.stale_staged.clear();
+            if let Err(e) = Self::roll_forward(&self.engine, pos) {
+                // Committed, but sets are half moved: only an open (which finishes the move
+                // first) may read them now.
+                let reason = format!(
+                    "the import was committed, but moving its staged sketch sets into place failed ({e}); reopening the store finishes it"
+                );
+                st.broken = Some(reason.clone());
+                return Err(StoreError::MustReopen {
+                    path: self.path.clone(),
+                    reason,
+                });
+            }
+        }
         self.evict_over_budget(st);
         self.acknowledge(st)
     }
@@ -99,7 +127,22 @@ impl Store {
         s: &SketchSet<Sample>,
         pos: u64,
     ) -> Result<()> {
-        let name = |part: Part| self.blob_name(tags, part, tag, bucket);
+        self.put_set_in(Stored::Committed, batch, tags, tag, bucket, s, pos)
+    }
+
+    /// [`Store::put_set`] under the set's committed (`S`) or staged (`G`) keys.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn put_set_in(
+        &self,
+        stored: Stored,
+        batch: &mut WriteBatch,
+        tags: &TagDict,
+        tag: u32,
+        bucket: i64,
+        s: &SketchSet<Sample>,
+        pos: u64,
+    ) -> Result<()> {
+        let name = |part: Part| self.blob_name_in(stored, tags, part, tag, bucket);
         let encoded = [
             (Part::Bloom, s.bloom.encode()),
             (Part::Hll, s.hll.encode()),
@@ -113,7 +156,7 @@ impl Store {
                 source,
             })?;
             self.engine
-                .put(batch, keys::sketch(part, tag, bucket), blob)?;
+                .put(batch, stored.key(part, tag, bucket), blob)?;
         }
         let header = SetHeader {
             events: s.events,
@@ -121,7 +164,7 @@ impl Store {
         };
         self.engine.put(
             batch,
-            keys::sketch(Part::Header, tag, bucket),
+            stored.key(Part::Header, tag, bucket),
             Self::blob(&self.path, &header)?,
         )
     }

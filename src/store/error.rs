@@ -74,6 +74,10 @@ pub enum StoreError {
         acknowledged: u64,
         log_end: u64,
     },
+    /// An import whose batch failed after part of it was applied (an import applies a batch in
+    /// pieces to stay within the memory budget): it cannot commit, and is rolled back.
+    #[error("{path}: the import failed part way and was rolled back: {reason}")]
+    ImportFailed { path: PathBuf, reason: String },
     #[error("{0}")]
     Query(String),
 }

@@ -3,7 +3,7 @@
 //! leaving the store as it was on disk and in memory.
 //!
 //! Owns: [`Import`], the commit, the rollback and its panic safety, and recognising a call from
-//! inside an import (which would wait for itself).
+//! inside an import (which would wait for itself). Staging within the budget is `stage`'s.
 
 use super::error::{Result, StoreError};
 use super::model::Event;
@@ -67,8 +67,11 @@ impl Store {
     /// calls on this `Store` from inside `fill` fail with [`StoreError::InsideImport`]. Its log
     /// blocks are written as they fill but stay outside the log (no `I` entry) until the commit
     /// indexes them; a rollback, or the next open after a crash, removes them. Memory holds the
-    /// sketch sets it touches (the memory budget is not enforced meanwhile) and one open block.
-    /// A crash before the commit loses the import and nothing else.
+    /// sketch sets it touches within the memory budget, and one open block: batches are applied
+    /// in pieces, and sets over the budget are staged under keys no reader sees until the
+    /// commit moves them into place (see `docs/STORAGE.md`, Staging). A batch that fails after
+    /// part of it was applied fails the import ([`StoreError::ImportFailed`] at the commit if
+    /// `fill` goes on). A crash before the commit loses the import and nothing else.
     pub fn import<T, E: From<StoreError>>(
         &self,
         fill: impl FnOnce(&mut Import<'_>) -> std::result::Result<T, E>,
@@ -85,6 +88,7 @@ impl Store {
         }
         let durable = st.next_seq;
         st.importing = true;
+        st.import_failed = None;
         self.importer.store(thread_token(), Ordering::Release);
         let outcome = {
             let mut import = Import {
@@ -100,9 +104,20 @@ impl Store {
         match outcome {
             Ok(Ok(value)) => {
                 st.importing = false;
-                let committed = self.checkpoint_locked(&mut st);
+                let committed = match st.import_failed.take() {
+                    Some(reason) => Err(StoreError::ImportFailed {
+                        path: self.path.clone(),
+                        reason,
+                    }),
+                    None => self
+                        .prepare_commit(&mut st)
+                        .and_then(|()| self.checkpoint_locked(&mut st)),
+                };
                 let committed = match committed {
                     Ok(()) => Ok(value),
+                    // Committed, but its staged sets could not all be moved into place: the
+                    // state is marked broken, and an open finishes the move.
+                    Err(e) if st.broken.is_some() => Err(e),
                     Err(e) => {
                         let why = format!("the import's commit failed ({e})");
                         Err(self.roll_back(&mut st, durable, &why).err().unwrap_or(e))
@@ -135,6 +150,8 @@ impl Store {
     pub(super) fn roll_back(&self, st: &mut State, durable: u64, why: &str) -> Result<()> {
         let reread = Self::read_state(&self.engine).and_then(|(_, fresh)| {
             Self::remove_orphan_blocks(&self.engine, fresh.next_seq)?;
+            // Deletes what the import staged; finishes a commit whose marker is on disk.
+            Self::finish_staging(&self.engine)?;
             Ok(fresh)
         });
         let reason = match reread {

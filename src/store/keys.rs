@@ -9,6 +9,7 @@
 //! | `L` | `L` + first event sequence number (u64 BE) | event log block |
 //! | `I` | `I` + first event sequence number (u64 BE) | block index: count, min and max time |
 //! | `S` | `S` + kind (u8) + tag id (u32 BE) + bucket start (i64, sign-flipped BE) | sketch blob |
+//! | `G` | `G` + the suffix of an `S` key | a sketch blob staged by an uncommitted import |
 //! | `A` | `A` | all-time scalable Bloom filter |
 //! | `C` | `C` + the key of a value over `VALUE_MAX` + chunk index (u32 BE) | one chunk of it |
 //!
@@ -26,6 +27,7 @@ pub const TAG: u8 = kinds::TAG.prefix;
 pub const LOG: u8 = kinds::LOG.prefix;
 pub const INDEX: u8 = kinds::INDEX.prefix;
 pub const SKETCH: u8 = kinds::SKETCH.prefix;
+pub const STAGED: u8 = kinds::STAGED.prefix;
 pub const ALL_TIME: &[u8] = &[kinds::ALL_TIME.prefix];
 pub const CHUNK: u8 = kinds::CHUNK.prefix;
 
@@ -98,6 +100,23 @@ pub fn sketch(part: Part, tag: u32, bucket: i64) -> [u8; 14] {
     k
 }
 
+/// The staged (`G`) key of one part of a set: [`sketch`]'s key with the `G` prefix.
+pub fn staged(part: Part, tag: u32, bucket: i64) -> [u8; 14] {
+    let mut k = sketch(part, tag, bucket);
+    k[0] = STAGED;
+    k
+}
+
+/// The `S` key a staged (`G`) key becomes at the commit; `None` if `key` is not a staged key.
+pub fn committed_of_staged(key: &[u8]) -> Option<[u8; 14]> {
+    let mut k: [u8; 14] = key.try_into().ok()?;
+    if k[0] != STAGED {
+        return None;
+    }
+    k[0] = SKETCH;
+    Some(k)
+}
+
 /// `(tag, bucket)` of a sketch key.
 pub fn parse_sketch(key: &[u8]) -> Option<(u32, i64)> {
     if key.len() != 14 || key[0] != SKETCH {
@@ -124,6 +143,10 @@ mod tests {
             assert!(k.starts_with(&sketch_prefix(Part::Hll, 7)));
         }
         assert!(log(1) < log(256));
+        let g = staged(Part::Theta, 7, -1);
+        assert_eq!(g[0], STAGED);
+        assert_eq!(committed_of_staged(&g), Some(sketch(Part::Theta, 7, -1)));
+        assert_eq!(committed_of_staged(&sketch(Part::Theta, 7, -1)), None);
         assert_eq!(seq_of(&log(77)), Some(77));
     }
 }

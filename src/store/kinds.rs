@@ -50,6 +50,15 @@ pub const SKETCH: Kind = Kind {
     blob: 0,
     name: "sketch",
 };
+/// One part of a sketch set written by an import that has not committed yet (evicted to keep
+/// the import within the memory budget): the same suffix and value as its [`SKETCH`] key.
+/// Nothing reads these keys but the import that wrote them; its commit moves them to their
+/// `S` keys (see `store::stage`), and a failed or crashed import's are deleted.
+pub const STAGED: Kind = Kind {
+    prefix: b'G',
+    blob: 0,
+    name: "staged sketch",
+};
 /// The all-time scalable Bloom filter and the log position it includes.
 pub const ALL_TIME: Kind = Kind {
     prefix: b'A',
@@ -75,7 +84,7 @@ pub const ACK: Kind = Kind {
 };
 
 /// Every kind stored under keys, for the uniqueness check and `check`'s walk.
-pub const ALL: [Kind; 7] = [META, TAG, LOG, INDEX, SKETCH, ALL_TIME, CHUNK];
+pub const ALL: [Kind; 8] = [META, TAG, LOG, INDEX, SKETCH, STAGED, ALL_TIME, CHUNK];
 
 /// The stored parts of a sketch set: its header (event count and log position) and one per
 /// family. A family's part byte is its [`SketchKind`], the kind in its blob's frame.

@@ -26,6 +26,7 @@
 //! | `route` | applying a checked batch to the state |
 //! | `checkpoint` | checkpoints, eviction, retention |
 //! | `import` | all-or-nothing imports |
+//! | `stage` | an import within the memory budget: pieces, staged (`G`) sets, the commit's roll-forward |
 //! | `recovery` | opening: metadata, dictionary, replay |
 //! | `ack` | the acknowledgement record: how far the log was acknowledged, checked at open |
 //! | `check` | `check` (every stored value and the log, damage named) and `repair` (sets rebuilt from the log) |
@@ -49,6 +50,7 @@ mod recovery;
 mod route;
 mod seam;
 mod sets;
+mod stage;
 mod state;
 #[cfg(test)]
 mod test_support;

@@ -1,6 +1,7 @@
 //! Opening a store: sled with the store's settings, the metadata (format, configuration,
 //! checkpoint), the tag dictionary, the all-time filter, the log's end, orphan blocks removed,
-//! and replay of the log past the checkpoint.
+//! an import's staged sets finished or discarded (see `stage`), and replay of the log past the
+//! checkpoint.
 //!
 //! Owns: the path from files on disk to a usable in-memory [`State`] after a clean close or a
 //! crash.
@@ -78,6 +79,9 @@ impl Store {
         state.acked = Ack::verify(&engine, state.next_seq)?;
         // Before anything new is written at these positions.
         Self::remove_orphan_blocks(&engine, state.next_seq)?;
+        // Before anything reads a set: a committed import's staged sets moved into place, an
+        // uncommitted one's deleted.
+        Self::finish_staging(&engine)?;
         // Before anything is written in this build's forms, which an older build cannot read.
         if Self::read_meta::<u32>(&engine, "format")? != Some(FORMAT_VERSION) {
             let mut batch = super::WriteBatch::default();
@@ -207,6 +211,9 @@ impl Store {
             deferred_error: None,
             log_retained_from,
             importing: false,
+            staged: BTreeSet::new(),
+            stale_staged: BTreeSet::new(),
+            import_failed: None,
             broken: None,
             acked: None,
         };

@@ -2,10 +2,13 @@
 //! first (so damage rejects the batch whole), each set fed its events family by family, the
 //! all-time filter, and each event encoded into the open log block.
 //!
+//! Inside an import, a batch is applied in pieces with staging between them (see `stage`), so
+//! the sets held stay within the memory budget; a piece that fails then fails the import.
+//!
 //! Owns: applying a batch to the in-memory state. Must not: decide durability (flushes,
 //! checkpoints and imports do).
 
-use super::error::Result;
+use super::error::{Result, StoreError};
 use super::keys;
 use super::model::Event;
 use super::state::State;
@@ -48,6 +51,54 @@ impl Store {
                     .all(|e| self.config.normalise_item(&e.item) == e.item)
         );
         self.check_batch(events)?;
+        if !st.importing {
+            self.apply_piece(st, events, hashed)?;
+            let over_budget = Self::sets_bytes(st) > self.config.memory_budget;
+            if st.since_checkpoint >= self.config.checkpoint_every || over_budget {
+                // The batch is applied whatever happens here; failing the call would invite a
+                // retry that counts it twice. A failed checkpoint is retried, and reported, by
+                // the next flush.
+                if let Err(e) = self.checkpoint_locked(st) {
+                    st.deferred_error = Some(e.to_string());
+                }
+            }
+            return Ok(());
+        }
+        // An import: in pieces, staging sets after each, so that the sets held stay within the
+        // memory budget whatever the batch touches (see `stage`).
+        if let Some(why) = &st.import_failed {
+            return Err(StoreError::ImportFailed {
+                path: self.path.clone(),
+                reason: why.clone(),
+            });
+        }
+        let max_sets = self.piece_sets()?;
+        let hashed = hashed.filter(|h| h.len() == events.len());
+        let mut start = 0;
+        while start < events.len() {
+            let end = self.piece_end(events, start, max_sets);
+            let applied = self
+                .apply_piece(st, &events[start..end], hashed.map(|h| &h[start..end]))
+                .and_then(|()| self.stage_over_budget(st));
+            if let Err(e) = applied {
+                // Earlier pieces (and staging) changed the import: it cannot commit now.
+                st.import_failed = Some(e.to_string());
+                return Err(e);
+            }
+            start = end;
+        }
+        Ok(())
+    }
+
+    /// Applies checked, normalised events to memory: tags interned, sets loaded, sketches
+    /// updated, events into the open log block. A set that fails to load rejects the events
+    /// before any set changes.
+    fn apply_piece(
+        &self,
+        st: &mut State,
+        events: &[Event],
+        hashed: Option<&[ItemHashes]>,
+    ) -> Result<()> {
         let tags_before = st.tags.names.len();
         // Resolve tags and load every set the batch touches before changing any of them, so a
         // damaged blob rejects the whole batch and leaves memory as it was.
@@ -158,15 +209,6 @@ impl Store {
         }
         st.all_time_pos = st.next_seq;
         st.since_checkpoint += events.len() as u64;
-        let over_budget = Self::sets_bytes(st) > self.config.memory_budget;
-        if !st.importing && (st.since_checkpoint >= self.config.checkpoint_every || over_budget) {
-            // The batch is applied whatever happens here; failing the call would invite a retry
-            // that counts it twice. A failed checkpoint is retried, and reported, by the next
-            // flush.
-            if let Err(e) = self.checkpoint_locked(st) {
-                st.deferred_error = Some(e.to_string());
-            }
-        }
         Ok(())
     }
 }

@@ -1,8 +1,9 @@
-//! Stored sketch sets: reading a set's header and parts, checking them, loading a set into
-//! memory for ingest, and the names damage reports give them.
+//! Stored sketch sets: reading a set's header and parts (committed, or staged by the running
+//! import), checking them, loading a set into memory for ingest, and the names damage reports
+//! give them.
 //!
 //! Owns: the stored form of a set and of the all-time filter. Must not: decide when sets are
-//! written or evicted (that is `checkpoint` and `import`).
+//! written, staged or evicted (that is `checkpoint`, `stage` and `import`).
 
 use super::error::{Result, StoreError};
 use super::keys::{self, Part};
@@ -23,6 +24,23 @@ pub(super) struct SetHeader {
     pub(super) log_pos: u64,
 }
 
+/// Where a set's parts are stored: under their committed `S` keys, or under the `G` keys an
+/// import stages them to before it commits (see `store::stage`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Stored {
+    Committed,
+    Staged,
+}
+
+impl Stored {
+    pub(super) fn key(self, part: Part, tag: u32, bucket: i64) -> [u8; 14] {
+        match self {
+            Stored::Committed => keys::sketch(part, tag, bucket),
+            Stored::Staged => keys::staged(part, tag, bucket),
+        }
+    }
+}
+
 /// The all-time filter as stored, with the log position it includes.
 #[derive(Serialize, Deserialize)]
 pub(super) struct AllTime {
@@ -33,13 +51,29 @@ pub(super) struct AllTime {
 impl Store {
     /// A human name for a stored sketch, used in damage reports.
     pub(crate) fn blob_name(&self, tags: &TagDict, part: Part, tag: u32, bucket: i64) -> String {
+        self.blob_name_in(Stored::Committed, tags, part, tag, bucket)
+    }
+
+    /// [`Store::blob_name`], saying "staged" for a part under its `G` key.
+    pub(super) fn blob_name_in(
+        &self,
+        stored: Stored,
+        tags: &TagDict,
+        part: Part,
+        tag: u32,
+        bucket: i64,
+    ) -> String {
+        let staged = match stored {
+            Stored::Committed => "",
+            Stored::Staged => "staged ",
+        };
         let tag_name = if tag == keys::WHOLE {
             "whole stream".to_string()
         } else {
             tags.name(tag).unwrap_or("unknown tag").to_string()
         };
         format!(
-            "{} sketch of bucket {}, {}",
+            "{staged}{} sketch of bucket {}, {}",
             part.name(),
             self.config.bucket.label(bucket),
             tag_name
@@ -54,13 +88,24 @@ impl Store {
         tag: u32,
         bucket: i64,
     ) -> Result<Option<S>> {
-        let Some(bytes) = self.engine.get(&keys::sketch(part, tag, bucket))? else {
+        self.read_part_in(Stored::Committed, tags, part, tag, bucket)
+    }
+
+    fn read_part_in<S: Sketch>(
+        &self,
+        stored: Stored,
+        tags: &TagDict,
+        part: Part,
+        tag: u32,
+        bucket: i64,
+    ) -> Result<Option<S>> {
+        let Some(bytes) = self.engine.get(&stored.key(part, tag, bucket))? else {
             return Ok(None);
         };
         S::decode(&bytes)
             .map(Some)
             .map_err(|source| StoreError::Damaged {
-                name: self.blob_name(tags, part, tag, bucket),
+                name: self.blob_name_in(stored, tags, part, tag, bucket),
                 source,
             })
     }
@@ -72,16 +117,23 @@ impl Store {
         tag: u32,
         bucket: i64,
     ) -> Result<Option<Reservoir<Sample>>> {
-        let Some(bytes) = self
-            .engine
-            .get(&keys::sketch(Part::Reservoir, tag, bucket))?
-        else {
+        self.read_reservoir_in(Stored::Committed, tags, tag, bucket)
+    }
+
+    fn read_reservoir_in(
+        &self,
+        stored: Stored,
+        tags: &TagDict,
+        tag: u32,
+        bucket: i64,
+    ) -> Result<Option<Reservoir<Sample>>> {
+        let Some(bytes) = self.engine.get(&stored.key(Part::Reservoir, tag, bucket))? else {
             return Ok(None);
         };
         decode_reservoir(&bytes)
             .map(Some)
             .map_err(|source| StoreError::Damaged {
-                name: self.blob_name(tags, Part::Reservoir, tag, bucket),
+                name: self.blob_name_in(stored, tags, Part::Reservoir, tag, bucket),
                 source,
             })
     }
@@ -103,12 +155,22 @@ impl Store {
         tag: u32,
         bucket: i64,
     ) -> Result<Option<(u64, u64)>> {
-        let Some(bytes) = self.engine.get(&keys::sketch(Part::Header, tag, bucket))? else {
+        self.read_header_in(Stored::Committed, tags, tag, bucket)
+    }
+
+    fn read_header_in(
+        &self,
+        stored: Stored,
+        tags: &TagDict,
+        tag: u32,
+        bucket: i64,
+    ) -> Result<Option<(u64, u64)>> {
+        let Some(bytes) = self.engine.get(&stored.key(Part::Header, tag, bucket))? else {
             return Ok(None);
         };
         let h: SetHeader =
             codec::decode(kinds::META.blob, &bytes).map_err(|e| StoreError::DamagedLog {
-                name: self.blob_name(tags, Part::Header, tag, bucket),
+                name: self.blob_name_in(stored, tags, Part::Header, tag, bucket),
                 detail: e.to_string(),
             })?;
         Ok(Some((h.events, h.log_pos)))
@@ -149,12 +211,26 @@ impl Store {
         Some(x)
     }
 
-    /// Makes sure the set for (tag, bucket) is in memory, loading it or creating it empty.
+    /// Makes sure the set for (tag, bucket) is in memory, loading it or creating it empty. A
+    /// set the running import staged (see `store::stage`) is read back from its `G` keys, and
+    /// is dirty: that version is not committed.
     pub(super) fn ensure_loaded(&self, st: &mut State, tag: u32, bucket: i64) -> Result<()> {
         if st.sets.contains_key(&(tag, bucket)) {
             return Ok(());
         }
-        let (set, log_pos) = match self.read_set(&st.tags, tag, bucket)? {
+        let stored = if st.staged.contains(&(tag, bucket)) {
+            Stored::Staged
+        } else {
+            Stored::Committed
+        };
+        let read = self.read_set_in(stored, &st.tags, tag, bucket)?;
+        if stored == Stored::Staged && read.is_none() {
+            return Err(StoreError::DamagedLog {
+                name: self.blob_name_in(stored, &st.tags, Part::Header, tag, bucket),
+                detail: "missing: the import staged this set and it is not there".into(),
+            });
+        }
+        let (set, log_pos) = match read {
             Some((mut set, log_pos)) => {
                 if let Some(seed) = self.set_seed(tag, bucket, log_pos) {
                     set.reservoir.reseed(seed);
@@ -166,10 +242,16 @@ impl Store {
         let active = Active {
             set,
             log_pos,
-            dirty: false,
+            dirty: stored == Stored::Staged,
             last_used: st.clock,
         };
         st.sets.insert((tag, bucket), active);
+        if stored == Stored::Staged {
+            // Memory holds the newest version now; its staged keys are stale until staged
+            // again, and are deleted before the commit (see `store::stage`).
+            st.staged.remove(&(tag, bucket));
+            st.stale_staged.insert((tag, bucket));
+        }
         Ok(())
     }
 
@@ -190,33 +272,43 @@ impl Store {
         tag: u32,
         bucket: i64,
     ) -> Result<Option<(SketchSet<Sample>, u64)>> {
-        let Some((events, log_pos)) = self.read_header(tags, tag, bucket)? else {
+        self.read_set_in(Stored::Committed, tags, tag, bucket)
+    }
+
+    fn read_set_in(
+        &self,
+        stored: Stored,
+        tags: &TagDict,
+        tag: u32,
+        bucket: i64,
+    ) -> Result<Option<(SketchSet<Sample>, u64)>> {
+        let Some((events, log_pos)) = self.read_header_in(stored, tags, tag, bucket)? else {
             return Ok(None);
         };
         let missing = |part: Part| StoreError::DamagedLog {
-            name: self.blob_name(tags, part, tag, bucket),
+            name: self.blob_name_in(stored, tags, part, tag, bucket),
             detail: "missing".into(),
         };
         let set = SketchSet {
             bloom: self
-                .read_part::<BloomFilter>(tags, Part::Bloom, tag, bucket)?
+                .read_part_in::<BloomFilter>(stored, tags, Part::Bloom, tag, bucket)?
                 .ok_or_else(|| missing(Part::Bloom))?,
             hll: self
-                .read_part::<HyperLogLog>(tags, Part::Hll, tag, bucket)?
+                .read_part_in::<HyperLogLog>(stored, tags, Part::Hll, tag, bucket)?
                 .ok_or_else(|| missing(Part::Hll))?,
             theta: self
-                .read_part::<Theta>(tags, Part::Theta, tag, bucket)?
+                .read_part_in::<Theta>(stored, tags, Part::Theta, tag, bucket)?
                 .ok_or_else(|| missing(Part::Theta))?,
             cms: self
-                .read_part::<CountMin>(tags, Part::CountMin, tag, bucket)?
+                .read_part_in::<CountMin>(stored, tags, Part::CountMin, tag, bucket)?
                 .ok_or_else(|| missing(Part::CountMin))?,
             reservoir: self
-                .read_reservoir(tags, tag, bucket)?
+                .read_reservoir_in(stored, tags, tag, bucket)?
                 .ok_or_else(|| missing(Part::Reservoir))?,
             events,
         };
         set.validate().map_err(|source| StoreError::Damaged {
-            name: self.blob_name(tags, Part::Header, tag, bucket),
+            name: self.blob_name_in(stored, tags, Part::Header, tag, bucket),
             source,
         })?;
         Ok(Some((set, log_pos)))

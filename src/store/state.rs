@@ -3,13 +3,13 @@
 //! the all-time filter, the clock that orders uses and changes, and what they cost in memory.
 //!
 //! Owns: the [`State`] behind the store's mutex and its bookkeeping. Must not: do I/O (loading
-//! and writing sets is `sets`, `checkpoint` and `import`'s business).
+//! and writing sets is `sets`, `checkpoint`, `stage` and `import`'s business).
 
 use super::model::Sample;
 use super::{log, ops, Store};
 use crate::sketch::{ScalableBloom, Sketch, SketchSet};
 use rustc_hash::FxHashMap;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 pub(crate) struct Active {
     pub(crate) set: SketchSet<Sample>,
@@ -121,6 +121,15 @@ pub(crate) struct State {
     /// Inside [`Store::import`]: nothing may reach the disk until it commits, so checkpoints
     /// and log writes wait.
     pub(super) importing: bool,
+    /// Sets the running import evicted to their staged (`G`) keys (see `store::stage`): their
+    /// newest version is there, not in memory nor under their `S` keys. Empty outside imports.
+    pub(super) staged: BTreeSet<(u32, i64)>,
+    /// Sets read back from their staged keys since: memory holds the newest version, and their
+    /// `G` keys are stale until staged again; they are deleted before the commit.
+    pub(super) stale_staged: BTreeSet<(u32, i64)>,
+    /// Why the running import can no longer commit: a batch failed after part of it changed
+    /// memory (it is applied in pieces). The import then rolls back whatever its closure says.
+    pub(super) import_failed: Option<String>,
     /// Why this state can no longer be trusted (a rollback failed): every call then fails with
     /// [`StoreError::MustReopen`], and nothing more is written.
     pub(super) broken: Option<String>,
