@@ -14,8 +14,8 @@
 //!   event for a staged set reads it back from its `G` keys (`ensure_loaded`); those keys are
 //!   then stale (`State::stale_staged`) and are deleted before the commit unless the set is
 //!   staged again.
-//! - **Commit.** If anything is staged, or the changed sets held are many or large (over
-//!   [`COMMIT_DIRECT_SETS`] or [`COMMIT_DIRECT_BYTES`]), every changed set is staged first (kept in memory, now clean), so
+//! - **Commit.** If anything is staged, or the changed sets take over a
+//!   quarter of the budget ([`COMMIT_DIRECT_SHARE`]), every changed set is staged first (kept in memory, now clean), so
 //!   the one atomic commit batch holds only the log, the all-time filter, the checkpoint record
 //!   and the marker `M staged` (the commit's log position). Once that batch is synced, the
 //!   staged keys are rolled forward: each `G` value is copied to its `S` key (a header with its
@@ -52,15 +52,19 @@ pub(crate) const STAGE_BATCH_BYTES: usize = 8 << 20;
 pub(crate) const STAGE_BATCH_OPS: usize = 256;
 
 /// A commit with nothing staged writes its changed sets in its own atomic batch, as before
-/// staging, if they are at most this many and take at most [`COMMIT_DIRECT_BYTES`]; more are
-/// staged first. Staging writes each set twice (and sled keeps the dead copy until it cleans
-/// its segments), so it is kept for the commits that need it: the many sets of a batch that
-/// sled would hold in memory write by write (the contracts day, 6,600 sets: 417 MiB in one
-/// batch, 160 MiB staged), not a few days' sets, which `tests/full_disk.rs` then needed twice
-/// the disk for.
-const COMMIT_DIRECT_SETS: usize = 256;
-/// See [`COMMIT_DIRECT_SETS`].
-const COMMIT_DIRECT_BYTES: usize = 64 << 20;
+/// staging, unless they take more than this share of the memory budget; then they are staged
+/// first. Staging writes each set twice, and in many small batches that sled 0.34 turns into
+/// far more file than data (measured on 2026-12-04, compressed log: the contracts day in hour
+/// buckets grew from 3.6× its JSONL to 14× when every commit of over 256 sets staged). A direct
+/// commit costs sled about three times its sets' bytes while the batch is applied (the
+/// contracts day: 6,600 sets of 47 MB, 417 MiB in one batch), so a quarter of the budget keeps
+/// that within the budget, and only an import that already had to stage pays for staging.
+const COMMIT_DIRECT_SHARE: usize = 4;
+/// And unless they are more than this many: sled's cost while it applies a batch grows with its
+/// writes (about 4 KB each, six or more a set) as well as their bytes; 8,192 sets keep it near
+/// 200 MB, which the stated margin covers (`tests/bounded_import.rs`: the contracts day's 6,600
+/// hour sets in one commit peak at 256 MB under a 64 MiB budget).
+const COMMIT_DIRECT_SETS: usize = 8_192;
 
 /// Whether a staging or roll-forward batch is full.
 fn full(batch: &WriteBatch) -> bool {
@@ -197,8 +201,8 @@ impl Store {
     }
 
     /// Before an import's commit: deletes staged keys that memory has superseded and, if
-    /// anything is staged or the changed sets held are many or large (see
-    /// [`COMMIT_DIRECT_SETS`]), stages every changed set, so the commit batch stays small and
+    /// anything is staged or the changed sets take over a quarter of the budget (see
+    /// [`COMMIT_DIRECT_SHARE`]), stages every changed set, so the commit batch stays small and
     /// the staged sets all move at the commit.
     pub(super) fn prepare_commit(&self, st: &mut State) -> Result<()> {
         let stale: Vec<(u32, i64)> = std::mem::take(&mut st.stale_staged)
@@ -228,8 +232,8 @@ impl Store {
             .map(|a| a.set.size_bytes())
             .sum();
         if !st.staged.is_empty()
+            || dirty_bytes > self.config.memory_budget / COMMIT_DIRECT_SHARE
             || dirty.len() > COMMIT_DIRECT_SETS
-            || dirty_bytes > COMMIT_DIRECT_BYTES
         {
             self.stage_sets(st, &dirty, true)?;
         }
