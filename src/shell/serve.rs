@@ -349,14 +349,7 @@ fn read_line(
             // The end of the input after an unterminated line: take it as a line.
             Ok(0) => return Ok(Some(())),
             Ok(_) => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
-                ) =>
-            {
+            Err(e) if no_data_yet(&e) => {
                 if stop.load(Ordering::Relaxed) {
                     return Ok(None);
                 }
@@ -483,13 +476,7 @@ fn watching<R>(
                     return;
                 }
                 match io::Read::read(&mut watched, &mut byte) {
-                    Err(e)
-                        if matches!(
-                            e.kind(),
-                            io::ErrorKind::WouldBlock
-                                | io::ErrorKind::TimedOut
-                                | io::ErrorKind::Interrupted
-                        ) => {}
+                    Err(e) if no_data_yet(&e) => {}
                     // The end of the client's input, or a connection gone; data would break
                     // the protocol, and cancelling is all the watcher can do about it either.
                     _ => {
@@ -562,14 +549,7 @@ impl Client {
                 Ok(0) => break Err(self.gone(io::ErrorKind::UnexpectedEof.into())),
                 Ok(_) if line.ends_with(b"\n") => break Ok(true),
                 Ok(_) => {}
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock
-                            | io::ErrorKind::TimedOut
-                            | io::ErrorKind::Interrupted
-                    ) =>
-                {
+                Err(e) if no_data_yet(&e) => {
                     if cancel.load(Ordering::Relaxed) {
                         break Ok(false);
                     }
@@ -664,6 +644,15 @@ impl Client {
         }
         serde_json::from_slice(&line).map_err(io::Error::other)
     }
+}
+
+/// A read that timed out or was interrupted: no data yet, the connection still there (a timed
+/// read is how a waiting side looks at its stop flag).
+fn no_data_yet(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+    )
 }
 
 #[cfg(test)]

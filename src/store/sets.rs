@@ -99,10 +99,23 @@ impl Store {
         tag: u32,
         bucket: i64,
     ) -> Result<Option<S>> {
+        self.read_decoded_in(stored, tags, part, tag, bucket, S::decode)
+    }
+
+    /// Reads one stored part with `decode`, naming the part if it is damaged.
+    fn read_decoded_in<T>(
+        &self,
+        stored: Stored,
+        tags: &TagDict,
+        part: Part,
+        tag: u32,
+        bucket: i64,
+        decode: impl FnOnce(&[u8]) -> std::result::Result<T, SketchError>,
+    ) -> Result<Option<T>> {
         let Some(bytes) = self.engine.get(&stored.key(part, tag, bucket))? else {
             return Ok(None);
         };
-        S::decode(&bytes)
+        decode(&bytes)
             .map(Some)
             .map_err(|source| StoreError::Damaged {
                 name: self.blob_name_in(stored, tags, part, tag, bucket),
@@ -127,15 +140,7 @@ impl Store {
         tag: u32,
         bucket: i64,
     ) -> Result<Option<Reservoir<Sample>>> {
-        let Some(bytes) = self.engine.get(&stored.key(Part::Reservoir, tag, bucket))? else {
-            return Ok(None);
-        };
-        decode_reservoir(&bytes)
-            .map(Some)
-            .map_err(|source| StoreError::Damaged {
-                name: self.blob_name_in(stored, tags, Part::Reservoir, tag, bucket),
-                source,
-            })
+        self.read_decoded_in(stored, tags, Part::Reservoir, tag, bucket, decode_reservoir)
     }
 
     /// What a set's reservoir holds for the event at `seq`: its sequence number where the log
