@@ -82,6 +82,7 @@ fn exported_images_read_in_datasketches_as_the_stores_own_sketches() {
         &["export", "--sketch", "hll", "--hll-bits", "6", "--base64"],
     )
     .stdout;
+    let hll4 = ok(&db, &["export", "--sketch", "hll", "--hll-bits", "4"]).stdout;
 
     let store = Store::open(&db).expect("open");
     let range = TimeRange::between(DAY0, DAY0 + 2 * 86_400_000);
@@ -106,7 +107,9 @@ fn exported_images_read_in_datasketches_as_the_stores_own_sketches() {
     let text = String::from_utf8(hll6).expect("base64 is text");
     let raw6 = decode_base64(text.trim());
     let read6 = HllSketch::deserialize(&raw6).expect("DataSketches reads the HLL_6 image");
+    let read4 = HllSketch::deserialize(&hll4).expect("DataSketches reads the HLL_4 image");
     assert_eq!(read8.estimate().to_bits(), read6.estimate().to_bits());
+    assert_eq!(read8.estimate().to_bits(), read4.estimate().to_bits());
     // The composite estimator there and ours here read the same registers; they are different
     // estimators, so they agree to within the sketch's standard error (1.04/√16384 = 0.8%).
     let (there, here) = (read8.estimate(), ours.estimate().value);
@@ -120,8 +123,9 @@ fn exported_images_read_in_datasketches_as_the_stores_own_sketches() {
     let out = run(&db, &["export", "--sketch", "hll", "--tag", "chain"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("FIELD:VALUE"));
-    let out = run(&db, &["export", "--sketch", "hll", "--hll-bits", "4"]);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("HLL_4"));
+    let out = run(&db, &["export", "--sketch", "hll", "--hll-bits", "5"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("expected 4, 6 or 8"));
     let out = run(
         &db,
         &["export", "--sketch", "theta", "--from", "2030-01-01"],

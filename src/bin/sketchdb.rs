@@ -112,7 +112,7 @@ Exit status: 0 when the store is clean afterwards, 1 when damage remains.",
     /// image (what Druid, Spark, Pinot, ClickHouse and DuckDB read)
     #[command(
         long_about = "Merges the chosen sketch of a set (the whole stream, or one tag value) over every bucket overlapping the range, and writes it as an Apache DataSketches binary image: HLL (HLL_8 or HLL_6 \
-registers; small sketches in DataSketches' list or set mode) or a compact, ordered Theta sketch. \
+HLL_8, HLL_6 or HLL_4 registers; small sketches in DataSketches' list or set mode) or a compact, ordered Theta sketch. \
 Raw bytes to stdout or --out, or base64 text (what Druid ingests). A range that cuts a bucket \
 takes the whole bucket; stderr says which buckets went in.",
         after_help = "Examples:\n  sketchdb --db tx.db export --sketch theta --tag chain:base --from 2026-12-01 --to 2026-12-08 --out base.theta\n  \
@@ -246,7 +246,7 @@ struct ExportArgs {
     /// Which sketch: hll or theta
     #[arg(long, value_enum)]
     sketch: ExportSketch,
-    /// HLL register width once the sketch has registers: 8 or 6 (HLL_4 is not written yet)
+    /// HLL register width once the sketch has registers: 8, 6 or 4
     #[arg(long, default_value_t = 8, value_parser = parse_hll_bits)]
     hll_bits: u8,
     /// The set: a tag as field:value (default: the whole stream)
@@ -609,10 +609,10 @@ fn export_cmd(path: &Path, a: ExportArgs, wait: Duration) -> Outcome {
     let (image, buckets, estimate, what) = match a.sketch {
         ExportSketch::Hll => {
             let merged = store.merged_hll(&slice, &range)?;
-            let width = if a.hll_bits == 6 {
-                HllWidth::Hll6
-            } else {
-                HllWidth::Hll8
+            let width = match a.hll_bits {
+                4 => HllWidth::Hll4,
+                6 => HllWidth::Hll6,
+                _ => HllWidth::Hll8,
             };
             let sketch = merged.sketch.ok_or_else(|| nothing_in(&slice, &range))?;
             (
@@ -680,8 +680,8 @@ fn parse_hll_bits(s: &str) -> Result<u8, String> {
     match s.trim() {
         "8" => Ok(8),
         "6" => Ok(6),
-        "4" => Err("HLL_4 images are not written yet; use 6 or 8".into()),
-        other => Err(format!("{other}: expected 6 or 8")),
+        "4" => Ok(4),
+        other => Err(format!("{other}: expected 4, 6 or 8")),
     }
 }
 

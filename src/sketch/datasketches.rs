@@ -6,7 +6,7 @@
 //! written here.
 //!
 //! - **HLL** ([`hll_image`]): the HLL-mode image (serial version 1, family 7, a 40-byte
-//!   preamble) with 8-bit or 6-bit registers. Our registers are DataSketches' registers for the
+//!   preamble) with 8-, 6- or 4-bit registers. Our registers are DataSketches' registers for the
 //!   same items: slot from the low `p` bits of the first hash word, value one more than the
 //!   leading zeros of the second, capped at 63. We keep no HIP accumulator, so the image is
 //!   flagged out of order and a reader answers with the composite estimator of those registers
@@ -19,8 +19,10 @@
 //!   (the same 26-bit address and 6-bit value), so a small sketch is counted there exactly as
 //!   DataSketches counts its own.
 //!
-//! Not here yet: HLL_4 (4-bit registers over a moving floor, with an exception table) and
-//! reading images back.
+//!   `HLL_4` stores each register less the smallest in a nibble, and the registers 15 or more
+//!   above it in an exception list (the compact form of DataSketches' auxiliary map).
+//!
+//! Not here yet: reading images back.
 //!
 //! Must not: know stores, buckets or files; the caller picks the sketch (merged over a range,
 //! say) and where the bytes go.
@@ -46,6 +48,9 @@ const ORDERED: u8 = 16;
 /// Register width of an HLL image (DataSketches' `HllType`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HllWidth {
+    /// `HLL_4`: 4 bits a register above the smallest value, with an exception list for the
+    /// registers 15 or more above it.
+    Hll4,
     /// `HLL_6`: 6 bits a register, packed little-endian.
     Hll6,
     /// `HLL_8`: a byte a register.
@@ -56,6 +61,7 @@ impl HllWidth {
     /// The target-type bits of the image's mode byte.
     fn code(self) -> u8 {
         match self {
+            HllWidth::Hll4 => 0,
             HllWidth::Hll6 => 1,
             HllWidth::Hll8 => 2,
         }
@@ -127,8 +133,31 @@ pub fn hll_image(h: &HyperLogLog, width: HllWidth) -> Vec<u8> {
         }
         zeros += u32::from(v == 0);
     }
+    // HLL_4 stores each register less the smallest (`cur_min`) in a nibble, 15 meaning "see
+    // the exception list", which holds (slot, value) as coupons.
+    let cur_min = match width {
+        HllWidth::Hll4 => registers.iter().copied().min().unwrap_or(0),
+        _ => 0,
+    };
+    let at_cur_min = match width {
+        HllWidth::Hll4 => registers.iter().filter(|&&v| v == cur_min).count() as u32,
+        _ => zeros,
+    };
+    let mut exceptions: Vec<u32> = Vec::new();
     let packed = match width {
         HllWidth::Hll8 => registers,
+        HllWidth::Hll4 => {
+            let mut out = vec![0u8; registers.len() / 2];
+            for (slot, &v) in registers.iter().enumerate() {
+                let mut nibble = v - cur_min;
+                if nibble >= 15 {
+                    nibble = 15;
+                    exceptions.push(u32::from(v) << 26 | slot as u32);
+                }
+                out[slot / 2] |= nibble << (4 * (slot & 1));
+            }
+            out
+        }
         HllWidth::Hll6 => {
             // One spare byte, as DataSketches allocates: the last register's 16-bit window.
             let mut out = vec![0u8; registers.len() * 3 / 4 + 1];
@@ -148,17 +177,24 @@ pub fn hll_image(h: &HyperLogLog, width: HllWidth) -> Vec<u8> {
         HLL_FAMILY,
         lg_k,
         0, // lg_arr: unused in HLL mode
-        OUT_OF_ORDER,
-        0, // cur_min: 0 for 6- and 8-bit registers
+        if width == HllWidth::Hll4 {
+            OUT_OF_ORDER | COMPACT
+        } else {
+            OUT_OF_ORDER
+        },
+        cur_min,
         HLL_MODE | width.code() << 2,
     ]);
     // The HIP accumulator: unused by a reader of an out-of-order image.
     out.extend_from_slice(&0f64.to_le_bytes());
     out.extend_from_slice(&kxq0.to_le_bytes());
     out.extend_from_slice(&kxq1.to_le_bytes());
-    out.extend_from_slice(&zeros.to_le_bytes());
-    out.extend_from_slice(&0u32.to_le_bytes()); // no exception table outside HLL_4
+    out.extend_from_slice(&at_cur_min.to_le_bytes());
+    out.extend_from_slice(&(exceptions.len() as u32).to_le_bytes());
     out.extend_from_slice(&packed);
+    for c in exceptions {
+        out.extend_from_slice(&c.to_le_bytes());
+    }
     out
 }
 
@@ -265,6 +301,8 @@ mod tests {
     /// HLL_8 and HLL_6 our register bytes are the bytes it writes.
     #[test]
     fn hll_images_read_in_datasketches_as_its_own_sketch_of_the_same_items() {
+        // HLL_4 images with an exception list among those compared (else that path is untried).
+        let mut exception_lists = 0;
         for p in [10u8, 14] {
             for n in [0u64, 1, 100, 3_000, 200_000] {
                 let items = wallets(u64::from(p) * 1_000 + n, n);
@@ -272,6 +310,7 @@ mod tests {
                 for (width, theirs_type) in [
                     (HllWidth::Hll8, HllType::Hll8),
                     (HllWidth::Hll6, HllType::Hll6),
+                    (HllWidth::Hll4, HllType::Hll4),
                 ] {
                     let image = hll_image(&ours, width);
                     let read = HllSketch::deserialize(&image)
@@ -287,10 +326,31 @@ mod tests {
                             read.estimate(),
                             theirs.composite_estimate()
                         );
+                        // cur_min, the count at it, the exception count, the registers; the
+                        // exception list as a set (DataSketches writes it in hash order).
+                        let body = 40 + (1usize << p) * 4 / 8;
+                        let (ours_at, theirs_at) = match width {
+                            HllWidth::Hll4 => (body, body),
+                            _ => (image.len(), their_image.len()),
+                        };
+                        assert_eq!(image[6], their_image[6], "p={p} n={n} {width:?}: cur_min");
                         assert_eq!(
-                            image[40..],
-                            their_image[40..],
+                            image[32..ours_at],
+                            their_image[32..theirs_at],
                             "p={p} n={n} {width:?}: registers"
+                        );
+                        if width == HllWidth::Hll4 && image[36..40] != [0; 4] {
+                            exception_lists += 1;
+                        }
+                        let exceptions = |b: &[u8]| {
+                            let mut v: Vec<&[u8]> = b.chunks(4).collect();
+                            v.sort_unstable();
+                            v.concat()
+                        };
+                        assert_eq!(
+                            exceptions(&image[ours_at..]),
+                            exceptions(&their_image[theirs_at..]),
+                            "p={p} n={n} {width:?}: exceptions"
                         );
                     } else {
                         // DataSketches still holds the coupons (list or set mode) and counts
@@ -311,6 +371,7 @@ mod tests {
                 }
             }
         }
+        assert!(exception_lists > 0, "no HLL_4 image had exceptions");
     }
 
     fn ours_theta(items: &[String]) -> Theta {
