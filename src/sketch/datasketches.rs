@@ -35,6 +35,8 @@ pub const SEED: u64 = 9001;
 const HLL_FAMILY: u8 = 7;
 const HLL_SERIAL_VERSION: u8 = 1;
 const HLL_PREINTS: u8 = 10;
+const LIST_MODE: u8 = 0;
+const SET_MODE: u8 = 1;
 const HLL_MODE: u8 = 2;
 const OUT_OF_ORDER: u8 = 16;
 
@@ -78,10 +80,8 @@ pub fn seed_hash(seed: u64) -> u16 {
 /// `2^lg_arr` slots kept at most 3/4 full (from 32 slots up to `2^(lg_k - 3)`), or registers.
 /// Below `lg_k` 8 a full list becomes registers at once.
 fn coupon_mode(lg_k: u8, coupons: usize) -> Option<(u8, u8)> {
-    const LIST: u8 = 0;
-    const SET: u8 = 1;
     if coupons < 8 {
-        return Some((LIST, 3));
+        return Some((LIST_MODE, 3));
     }
     if lg_k < 8 {
         return None;
@@ -90,7 +90,7 @@ fn coupon_mode(lg_k: u8, coupons: usize) -> Option<(u8, u8)> {
     while 4 * coupons > 3 << lg_arr {
         lg_arr += 1;
     }
-    (lg_arr <= lg_k - 3).then_some((SET, lg_arr))
+    (lg_arr <= lg_k - 3).then_some((SET_MODE, lg_arr))
 }
 
 /// `h` as a DataSketches HLL image whose registers, once there are registers, take `width`
@@ -102,17 +102,18 @@ pub fn hll_image(h: &HyperLogLog, width: HllWidth) -> Vec<u8> {
         if let Some((mode, lg_arr)) = coupon_mode(lg_k, coupons.len()) {
             coupons.sort_unstable();
             let empty = if coupons.is_empty() { EMPTY } else { 0 };
+            let list = mode == LIST_MODE;
             let mut out = vec![
-                if mode == 0 { 2 } else { 3 }, // preamble ints
+                if list { 2 } else { 3 }, // preamble ints
                 HLL_SERIAL_VERSION,
                 HLL_FAMILY,
                 lg_k,
                 lg_arr,
                 COMPACT | empty,
-                if mode == 0 { coupons.len() as u8 } else { 0 },
+                if list { coupons.len() as u8 } else { 0 },
                 mode | width.code() << 2,
             ];
-            if mode == 1 {
+            if !list {
                 out.extend_from_slice(&(coupons.len() as u32).to_le_bytes());
             }
             for c in coupons {
@@ -122,7 +123,14 @@ pub fn hll_image(h: &HyperLogLog, width: HllWidth) -> Vec<u8> {
         }
     }
     let registers = h.register_values();
-    let (mut kxq0, mut kxq1, mut zeros) = (0f64, 0f64, 0u32);
+    // HLL_4 stores each register less the smallest (`cur_min`) in a nibble, 15 meaning "see
+    // the exception list", which holds (slot, value) as coupons; the wider registers are
+    // absolute (`cur_min` 0, and the count at it is the count of empty registers).
+    let cur_min = match width {
+        HllWidth::Hll4 => registers.iter().copied().min().unwrap_or(0),
+        _ => 0,
+    };
+    let (mut kxq0, mut kxq1, mut at_cur_min) = (0f64, 0f64, 0u32);
     for &v in &registers {
         // 2^-v, exactly: v ≤ 63.
         let inv = f64::from_bits((1023 - u64::from(v)) << 52);
@@ -131,18 +139,8 @@ pub fn hll_image(h: &HyperLogLog, width: HllWidth) -> Vec<u8> {
         } else {
             kxq1 += inv;
         }
-        zeros += u32::from(v == 0);
+        at_cur_min += u32::from(v == cur_min);
     }
-    // HLL_4 stores each register less the smallest (`cur_min`) in a nibble, 15 meaning "see
-    // the exception list", which holds (slot, value) as coupons.
-    let cur_min = match width {
-        HllWidth::Hll4 => registers.iter().copied().min().unwrap_or(0),
-        _ => 0,
-    };
-    let at_cur_min = match width {
-        HllWidth::Hll4 => registers.iter().filter(|&&v| v == cur_min).count() as u32,
-        _ => zeros,
-    };
     let mut exceptions: Vec<u32> = Vec::new();
     let packed = match width {
         HllWidth::Hll8 => registers,
