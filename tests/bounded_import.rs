@@ -4,10 +4,13 @@
 //! and once with the default 1 GiB. The small budget's peak RSS must stay within the budget
 //! plus [`MARGIN`], and both stores must hold equal sketch sets.
 
+mod support;
+
 use sketchdb::store::{Slice, Store};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
+use support::tempdir;
 
 const BIN: &str = env!("CARGO_BIN_EXE_sketchdb");
 const MIB: u64 = 1 << 20;
@@ -32,19 +35,6 @@ const BUDGET: u64 = 64 * MIB;
 /// sled's own memory goes on growing with the store for a while (see docs/STORAGE.md,
 /// Staging).
 const MARGIN: u64 = 208 * MIB;
-
-fn tempdir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "sketchdb-bounded-{name}-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos())
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
-}
 
 fn ok(args: &[&str]) -> String {
     let out = Command::new(BIN)

@@ -2,29 +2,19 @@
 //! checked against the truth counted from the generated file itself; bad input; a killed
 //! ingest; syntax errors; help and exit codes.
 
+mod support;
+
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use support::tempdir;
 
 fn bin() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_sketchdb"));
     c.env_remove("SKETCHDB_DB").env("NO_COLOR", "1");
     c
-}
-
-fn tempdir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "sketchdb-cli-{name}-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos())
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
 }
 
 fn run(args: &[&str]) -> Output {

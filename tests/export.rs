@@ -2,22 +2,18 @@
 //! Apache DataSketches images, read back by the official `datasketches` crate and compared with
 //! the same sketches read through the library.
 
+mod support;
+
 use datasketches::hll::HllSketch;
 use datasketches::theta::CompactThetaSketch;
 use sketchdb::sketch::Sketch;
 use sketchdb::store::{Slice, Store, TimeRange};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use support::tempdir;
 
 const BIN: &str = env!("CARGO_BIN_EXE_sketchdb");
 const DAY0: i64 = 1_796_083_200_000; // 2026-12-01T00:00:00Z
-
-fn tempdir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("sketchdb-export-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
-}
 
 fn run(db: &Path, args: &[&str]) -> Output {
     Command::new(BIN)

@@ -2,30 +2,20 @@
 //! commands driven through the built binary with the inputs users hit (issue 11, items 4, 7,
 //! 10 and 13), plus the library paths behind them.
 
+mod support;
+
 use serde_json::Value;
 use sketchdb::store::{keys, Config, Engine, SledEngine, Store, WriteBatch};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
+use support::tempdir;
 
 fn bin() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_sketchdb"));
     c.env_remove("SKETCHDB_DB").env("NO_COLOR", "1");
     c
-}
-
-fn tempdir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "sketchdb-ingest-cli-{name}-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos())
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
 }
 
 fn run(args: &[&str]) -> Output {

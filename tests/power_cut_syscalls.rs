@@ -15,6 +15,8 @@
 //!
 //! Needs `strace` and permission to ptrace; without them the test fails, saying so.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -617,17 +619,10 @@ beginning after it and returning before success (line {success})",
 // ---- the real engine -----------------------------------------------------------------------
 
 fn tempdir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "sketchdb-syscalls-{name}-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos())
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
     // Paths in the log are the kernel's (symlinks resolved); the store's must match them.
-    dir.canonicalize().expect("canonical temp dir")
+    support::tempdir(name)
+        .canonicalize()
+        .expect("canonical temp dir")
 }
 
 /// `count` JSONL events from number `first` on, over `days` days, three chains and a pool of

@@ -1,0 +1,20 @@
+//! What the end-to-end tests share. Each file in `tests/` is a crate of its own and takes this
+//! module with `mod support;`.
+
+use std::path::PathBuf;
+
+/// A new, empty directory under the system's temp dir, named for the test crate, `name`, the
+/// process and the moment, so that neither two tests nor two runs ever share one.
+pub fn tempdir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "sketchdb-{}-{name}-{}-{}",
+        env!("CARGO_CRATE_NAME"),
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
