@@ -3,6 +3,8 @@
 //! same output as once the REPL has gone; a holder that serves nothing is named in the error;
 //! `--wait` waits for it; a holder killed with -9 leaves nothing that blocks or misleads.
 
+mod support;
+
 use rexpect::process::{Signal, WaitStatus};
 use rexpect::session::{spawn_command, PtySession};
 use sketchdb::store::holder::{self, HeldBy, HOLDER_FILE};
@@ -51,20 +53,9 @@ fn bin() -> Command {
 
 /// `sketchdb --db <store> <args>` with `stdin` fed in.
 fn run(dir: &Path, args: &[&str], stdin: &str) -> Output {
-    use std::io::Write;
-    let mut child = bin()
-        .arg("--db")
-        .arg(db(dir))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn sketchdb");
-    let mut input = child.stdin.take().expect("stdin");
-    input.write_all(stdin.as_bytes()).expect("write stdin");
-    drop(input);
-    child.wait_with_output().expect("wait for sketchdb")
+    let mut cmd = bin();
+    cmd.arg("--db").arg(db(dir)).args(args);
+    support::output_with_stdin(cmd, stdin.as_bytes())
 }
 
 fn text(bytes: &[u8]) -> String {

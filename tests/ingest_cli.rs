@@ -6,7 +6,6 @@ mod support;
 
 use serde_json::Value;
 use sketchdb::store::{keys, Config, Engine, SledEngine, Store, WriteBatch};
-use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -24,17 +23,9 @@ fn run(args: &[&str]) -> Output {
 
 /// Runs with `input` on stdin.
 fn run_with_stdin(args: &[&str], input: &[u8]) -> Output {
-    let mut child = bin()
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn sketchdb");
-    let mut stdin = child.stdin.take().expect("stdin");
-    stdin.write_all(input).expect("write stdin");
-    drop(stdin);
-    child.wait_with_output().expect("wait")
+    let mut cmd = bin();
+    cmd.args(args);
+    support::output_with_stdin(cmd, input)
 }
 
 fn text(bytes: &[u8]) -> String {

@@ -1,5 +1,6 @@
 //! What the end-to-end tests share. Each file in `tests/` is a crate of its own and takes this
-//! module with `mod support;`.
+//! module with `mod support;`, using what it needs of it.
+#![allow(dead_code)]
 
 use std::path::PathBuf;
 
@@ -17,4 +18,20 @@ pub fn tempdir(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("temp dir");
     dir
+}
+
+/// Runs `cmd` with `input` on its stdin, capturing stdout and stderr, and waits for it.
+pub fn output_with_stdin(mut cmd: std::process::Command, input: &[u8]) -> std::process::Output {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sketchdb");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(input).expect("write stdin");
+    drop(stdin);
+    child.wait_with_output().expect("wait for sketchdb")
 }
