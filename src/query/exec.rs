@@ -8,7 +8,7 @@ use super::parser::{parse, SyntaxError};
 use super::plan::{plan_with, Context, Method, Plan, RangeFit, RawLog, Refusal, Shape};
 use crate::sketch::{HyperLogLog, Sketch, Theta};
 use crate::store::log::{ItemRef, LogEvent};
-use crate::store::{Event, Slice, Store, StoreError, TimeRange};
+use crate::store::{Event, Slice, Snapshot, Store, StoreError, TimeRange};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rustc_hash::FxHashMap;
@@ -55,12 +55,12 @@ impl Default for Options {
 
 /// The store's raw event log as the planner sees it: what retention has kept is read once,
 /// before planning, so the planner itself never meets a store error.
-struct StoreLog<'s> {
-    store: &'s Store,
+struct StoreLog<'a, 's> {
+    snap: &'a Snapshot<'s>,
     from: Option<i64>,
 }
 
-impl RawLog for StoreLog<'_> {
+impl RawLog for StoreLog<'_, '_> {
     fn retained(&self, range: &TimeRange) -> bool {
         self.from
             .is_none_or(|from| range.start.is_some_and(|s| s >= from))
@@ -69,7 +69,7 @@ impl RawLog for StoreLog<'_> {
         self.from
     }
     fn scan_size(&self, range: &TimeRange) -> Result<u64, String> {
-        self.store
+        self.snap
             .count(&Slice::Whole, range)
             .map(|(n, _)| n)
             .map_err(|e| e.to_string())
@@ -80,6 +80,8 @@ impl RawLog for StoreLog<'_> {
 /// for samples and a cancel flag. `Store::query` uses a fresh one per call.
 pub struct Session<'s> {
     pub store: &'s Store,
+    /// What the running statement reads: one consistent state of `store`, taken as it starts.
+    snap: Snapshot<'s>,
     pub now: Option<i64>,
     pub options: Options,
     rng: StdRng,
@@ -132,6 +134,7 @@ impl SessionState {
     pub fn attach(self, store: &Store) -> Session<'_> {
         Session {
             store,
+            snap: store.last_snapshot(),
             now: self.now,
             options: self.options,
             rng: self.rng,
@@ -144,6 +147,7 @@ impl<'s> Session<'s> {
     pub fn new(store: &'s Store) -> Self {
         Session {
             store,
+            snap: store.last_snapshot(),
             now: None,
             options: Options::default(),
             rng: StdRng::from_os_rng(),
@@ -184,7 +188,7 @@ impl<'s> Session<'s> {
         each: impl FnMut(&LogEvent<'_>),
     ) -> Result<u64, QueryError> {
         let cancel = &self.cancel;
-        self.store
+        self.snap
             .scan_until(slice, range, &|| cancel.load(Ordering::Relaxed), each)?
             .ok_or(QueryError::Cancelled)
     }
@@ -236,8 +240,8 @@ impl<'s> Session<'s> {
     fn plan(&self, st: &Statement) -> Result<Plan, QueryError> {
         let config = self.store.config();
         let raw = StoreLog {
-            store: self.store,
-            from: self.store.raw_events_retained_from()?,
+            snap: &self.snap,
+            from: self.snap.raw_events_retained_from(),
         };
         let ctx = Context {
             now: self.now(),
@@ -264,10 +268,25 @@ impl<'s> Session<'s> {
         self.run_plan(plan)
     }
 
+    /// Runs a plan on a snapshot taken now; again on a fresh one if a checkpoint rewrote a
+    /// set it read since the snapshot was published (see [`Store::read`]).
     fn run_plan(&mut self, plan: &Plan) -> Result<Answer, QueryError> {
+        self.snap = self.store.snapshot()?;
+        for _ in 0..crate::store::STALE_RETRIES {
+            match self.run_on_snapshot(plan) {
+                Err(QueryError::Store(StoreError::Stale)) => {
+                    self.snap = self.store.fresh_snapshot()?;
+                }
+                other => return other,
+            }
+        }
+        self.run_on_snapshot(plan)
+    }
+
+    fn run_on_snapshot(&mut self, plan: &Plan) -> Result<Answer, QueryError> {
         let plan = self.plan(&plan.source())?;
         let scans = matches!(plan.method, Method::Scan | Method::ScanSample);
-        if scans && !self.store.raw_events_retained(&plan.range)? {
+        if scans && !self.snap.raw_events_retained(&plan.range)? {
             // Retention ran between planning and now.
             return Err(StoreError::Query(format!(
                 "raw events of {} expired while the query was planned; ask again",
@@ -295,7 +314,7 @@ impl<'s> Session<'s> {
                 self.now = Some(super::plan::date_ms(d));
                 Answer::text(Kind::Info, format!("now = {d}"), "meta", true, 0)
             }
-            other => super::meta::answer(self.store, other)?,
+            other => super::meta::answer(&self.snap, other)?,
         };
         let mut answer = answer;
         if plan.method != Method::Meta && answer.range.is_none() {
@@ -315,7 +334,7 @@ impl<'s> Session<'s> {
     /// range; otherwise the events of the slices read were not there.
     fn nothing_in(&self, plan: &Plan) -> Result<String, QueryError> {
         let label = &plan.range_label;
-        if self.store.count(&Slice::Whole, &plan.range)?.1 == 0 {
+        if self.snap.count(&Slice::Whole, &plan.range)?.1 == 0 {
             return Ok(format!("no buckets in {label}: nothing was ingested there"));
         }
         let what = match &plan.shape {
@@ -362,7 +381,7 @@ impl<'s> Session<'s> {
             super::answer::Value::Number(v) => {
                 let lower = match (&plan.statement, inner) {
                     (Statement::Count { .. }, Some(r)) => {
-                        self.store.count(&one_slice(&plan.shape), r)?.0 as f64
+                        self.snap.count(&one_slice(&plan.shape), r)?.0 as f64
                     }
                     _ => 0.0,
                 };
@@ -403,12 +422,12 @@ impl<'s> Session<'s> {
     }
 
     fn events_in(&self, range: &TimeRange) -> Result<u64, QueryError> {
-        Ok(self.store.count(&Slice::Whole, range)?.0)
+        Ok(self.snap.count(&Slice::Whole, range)?.0)
     }
 
     /// Whether an exact scan may replace an approximate answer, or why not.
     fn may_scan(&self, range: &TimeRange) -> Result<Result<u64, String>, QueryError> {
-        if !self.store.raw_events_retained(range)? {
+        if !self.snap.raw_events_retained(range)? {
             return Ok(Err("raw events for part of the range have expired".into()));
         }
         let n = self.events_in(range)?;
@@ -473,7 +492,7 @@ impl<'s> Session<'s> {
         let (mut buckets, mut bytes) = (0, 0);
         for s in slices {
             self.check()?;
-            let m = self.store.merged_hll(s, range)?;
+            let m = self.snap.merged_hll(s, range)?;
             buckets += m.buckets;
             bytes += m.bytes;
             if let Some(h) = m.sketch {
@@ -503,7 +522,7 @@ impl<'s> Session<'s> {
             return Ok(t.clone());
         }
         self.check()?;
-        let m = self.store.merged_theta(slice, range)?;
+        let m = self.snap.merged_theta(slice, range)?;
         reads.buckets += m.buckets;
         reads.bytes += m.bytes;
         let t = match m.sketch {
@@ -636,7 +655,7 @@ impl<'s> Session<'s> {
     /// Wallets (the common case) are keyed by their 20 bytes inline, so a scan of millions of
     /// events allocates once per distinct raw item at most.
     fn exact_distinct(&mut self, plan: &Plan) -> Result<Answer, QueryError> {
-        let eval = SetEval::new(self.store, &plan.shape)?;
+        let eval = SetEval::new(&self.snap, &plan.shape)?;
         let mut wallets: FxHashMap<[u8; 20], u64> = FxHashMap::default();
         let mut raw: FxHashMap<Box<[u8]>, u64> = FxHashMap::default();
         let decoded = self.scan(&Slice::Whole, &plan.range, |ev| {
@@ -659,14 +678,14 @@ impl<'s> Session<'s> {
             .chain(raw.values())
             .filter(|&&m| eval.holds(m))
             .count() as f64;
-        let buckets = self.store.count(&Slice::Whole, &plan.range)?.1;
+        let buckets = self.snap.count(&Slice::Whole, &plan.range)?.1;
         Ok(Answer::exact(Kind::Distinct, n, buckets)
             .with_detail(format!("scan of {} events", thousands(decoded as f64))))
     }
 
     fn seen(&mut self, plan: &Plan, value: &str) -> Result<Answer, QueryError> {
         if plan.method == Method::Scan {
-            let eval = SetEval::new(self.store, &plan.shape)?;
+            let eval = SetEval::new(&self.snap, &plan.shape)?;
             let mut want = Vec::new();
             let mut b = [0u8; 20];
             item_key(&Store::item_key(value, &mut b), &mut want);
@@ -681,7 +700,7 @@ impl<'s> Session<'s> {
                 }
             })?;
             let yes = found && eval.holds(mask);
-            let buckets = self.store.count(&Slice::Whole, &plan.range)?.1;
+            let buckets = self.snap.count(&Slice::Whole, &plan.range)?.1;
             return Ok(Answer::text(
                 Kind::Seen,
                 if yes { "yes" } else { "no" },
@@ -705,7 +724,7 @@ impl<'s> Session<'s> {
         let mut saturated = false;
         for s in &slices {
             self.check()?;
-            let m = self.store.membership(s, &plan.range, value)?;
+            let m = self.snap.membership(s, &plan.range, value)?;
             maybe |= m.maybe;
             present |= m.present;
             all_exact &= m.all_exact;
@@ -775,7 +794,7 @@ impl<'s> Session<'s> {
         let mut exact = true;
         for s in &slices {
             self.check()?;
-            let f = self.store.frequency(s, &plan.range, value)?;
+            let f = self.snap.frequency(s, &plan.range, value)?;
             est += f.estimate;
             bound += f.bound;
             buckets += f.buckets;
@@ -817,7 +836,7 @@ impl<'s> Session<'s> {
     }
 
     fn exact_count_value(&mut self, plan: &Plan, value: &str) -> Result<Answer, QueryError> {
-        let eval = SetEval::new(self.store, &plan.shape)?;
+        let eval = SetEval::new(&self.snap, &plan.shape)?;
         let mut want = Vec::new();
         let mut b = [0u8; 20];
         item_key(&Store::item_key(value, &mut b), &mut want);
@@ -829,7 +848,7 @@ impl<'s> Session<'s> {
                 n += 1;
             }
         })?;
-        let buckets = self.store.count(&Slice::Whole, &plan.range)?.1;
+        let buckets = self.snap.count(&Slice::Whole, &plan.range)?.1;
         Ok(Answer::exact(Kind::Count, n as f64, buckets)
             .with_detail(format!("scan of {} events", thousands(decoded as f64))))
     }
@@ -840,7 +859,7 @@ impl<'s> Session<'s> {
                 Shape::Union(v) if v.len() == 1 => v[0].clone(),
                 _ => Slice::Whole,
             };
-            let (n, buckets) = self.store.count(&slice, &plan.range)?;
+            let (n, buckets) = self.snap.count(&slice, &plan.range)?;
             let a = Answer::exact(Kind::Count, n as f64, buckets).with_detail("event counts");
             return Ok(if buckets == 0 {
                 let note = self.nothing_in(plan)?;
@@ -851,14 +870,14 @@ impl<'s> Session<'s> {
         }
         // The planner checked that the raw events are there (and, unless EXACT was asked, that
         // the scan fits the budget).
-        let eval = SetEval::new(self.store, &plan.shape)?;
+        let eval = SetEval::new(&self.snap, &plan.shape)?;
         let mut n = 0u64;
         let decoded = self.scan(&Slice::Whole, &plan.range, |ev| {
             if eval.holds(eval.mask(ev)) {
                 n += 1;
             }
         })?;
-        let buckets = self.store.count(&Slice::Whole, &plan.range)?.1;
+        let buckets = self.snap.count(&Slice::Whole, &plan.range)?.1;
         Ok(Answer::exact(Kind::Count, n as f64, buckets)
             .with_detail(format!("scan of {} events", thousands(decoded as f64))))
     }
@@ -866,7 +885,7 @@ impl<'s> Session<'s> {
     fn top(&mut self, plan: &Plan, n: u64) -> Result<Answer, QueryError> {
         let n = usize::try_from(n).unwrap_or(usize::MAX);
         if plan.method == Method::Scan {
-            let eval = SetEval::new(self.store, &plan.shape)?;
+            let eval = SetEval::new(&self.snap, &plan.shape)?;
             let mut counts: HashMap<String, u64> = HashMap::new();
             self.scan(&Slice::Whole, &plan.range, |ev| {
                 if eval.holds(eval.mask(ev)) {
@@ -876,7 +895,7 @@ impl<'s> Session<'s> {
             let mut v: Vec<(String, u64)> = counts.into_iter().collect();
             v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
             v.truncate(n);
-            let buckets = self.store.count(&Slice::Whole, &plan.range)?.1;
+            let buckets = self.snap.count(&Slice::Whole, &plan.range)?.1;
             let rows = v
                 .into_iter()
                 .map(|(item, count)| {
@@ -893,7 +912,7 @@ impl<'s> Session<'s> {
         let k = self.store.config().sketches.top_k;
         let recount = matches!(plan.recount, Some(Ok(_)));
         let (top, merged) =
-            self.store
+            self.snap
                 .top(&slice, &plan.range, if recount { k.max(n) } else { n })?;
         let bound = merged.sketch.as_ref().map_or(0.0, |c| c.error_bound());
         if let Some(c) = merged.sketch.as_ref().filter(|c| c.is_exact()) {
@@ -1009,7 +1028,7 @@ impl<'s> Session<'s> {
         let Some(field) = per else {
             return Ok(vec![one_slice(&plan.shape)]);
         };
-        let mut names = self.store.tags()?;
+        let mut names = self.snap.tags();
         names.sort();
         let values: Vec<Slice> = names
             .into_iter()
@@ -1105,7 +1124,7 @@ impl<'s> Session<'s> {
             let mut buckets = 0;
             for s in &strata {
                 self.check()?;
-                let (events, b) = self.store.sample(s, &plan.range, draw, &mut self.rng)?;
+                let (events, b) = self.snap.sample(s, &plan.range, draw, &mut self.rng)?;
                 buckets = buckets.max(b);
                 drawn.push(events);
             }
@@ -1174,7 +1193,7 @@ impl<'s> Session<'s> {
             .iter()
             .map(|s| match s {
                 Slice::Whole => Ok(None),
-                tag => self.store.tag_id_of(tag).map(Some),
+                tag => self.snap.tag_id_of(tag).map(Some),
             })
             .collect::<Result<_, _>>()?;
         let mut reservoirs: Vec<(Vec<Event>, u64)> = vec![(Vec::new(), 0); strata.len()];
@@ -1206,7 +1225,7 @@ impl<'s> Session<'s> {
                 },
             )?
             .ok_or(QueryError::Cancelled)?;
-        let buckets = self.store.count(&Slice::Whole, &plan.range)?.1;
+        let buckets = self.snap.count(&Slice::Whole, &plan.range)?.1;
         let how = format!(
             "reservoir filled by a scan of {} raw events, uniform over the events in {}",
             thousands(decoded as f64),
@@ -1367,7 +1386,7 @@ impl Test {
 const MEMO_LIMIT: usize = 1 << 16;
 
 impl SetEval {
-    fn new(store: &Store, shape: &Shape) -> Result<Self, QueryError> {
+    fn new(store: &Snapshot<'_>, shape: &Shape) -> Result<Self, QueryError> {
         fn collect(e: &SetExpr, out: &mut Vec<Slice>) {
             match e {
                 SetExpr::Tag { field, value } => out.push(Slice::tag(field, value)),

@@ -5,7 +5,7 @@ use super::answer::{thousands, Answer, Kind, Row, RowBuilder};
 use super::ast::Statement;
 use super::exec::QueryError;
 use crate::sketch::{BloomFilter, CountMin, Sketch};
-use crate::store::{Slice, Store};
+use crate::store::{Slice, Snapshot};
 
 pub const HELP: &str = "\
 DISTINCT wallets [ON <set>] [<range>]        how many distinct (HLL; Theta for AND / EXCEPT / NOT)
@@ -24,7 +24,7 @@ SHOW BUCKETS | SHOW TAGS | SHOW SKETCHES | INFO | HELP | SET NOW = <date>
            raw events when they are kept, else for the whole buckets covering it (it says so).
 examples: DISTINCT wallets ON chain:a AND chain:b   SEEN 0xabc   SAMPLE 1000 FROM today";
 
-pub fn answer(store: &Store, statement: &Statement) -> Result<Answer, QueryError> {
+pub fn answer(store: &Snapshot<'_>, statement: &Statement) -> Result<Answer, QueryError> {
     let width = store.config().bucket;
     Ok(match statement {
         Statement::ShowBuckets => {
@@ -43,7 +43,7 @@ pub fn answer(store: &Store, statement: &Statement) -> Result<Answer, QueryError
                 .with_detail("buckets of the whole stream")
         }
         Statement::ShowTags => {
-            let mut tags = store.tags()?;
+            let mut tags = store.tags();
             tags.sort();
             let rows = tags
                 .into_iter()
@@ -72,7 +72,7 @@ pub fn answer(store: &Store, statement: &Statement) -> Result<Answer, QueryError
                     "events: {}; buckets: {}; tag values: {}",
                     thousands(events as f64),
                     buckets.len(),
-                    store.tags()?.len()
+                    store.tags().len()
                 ),
                 format!(
                     "bloom: {} items at {}% per set: m = {} bits, k = {}, {} bytes",

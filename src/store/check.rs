@@ -28,8 +28,6 @@ use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::Path;
-use std::sync::atomic::AtomicU64;
-use std::sync::Mutex;
 
 /// A copy of an open error to return in place of a later one (errors are not `Clone`).
 fn open_error_clone(e: &StoreError) -> StoreError {
@@ -354,19 +352,18 @@ impl Store {
             .flatten()
             .map_or(0, |c| c.log_pos);
         let state = State {
-            tags,
+            tags: std::sync::Arc::new(tags),
             next_seq: 0,
             sealed: Vec::new(),
             unindexed: Vec::new(),
             open_block: log::BlockBuilder::new(0),
             sets: Default::default(),
-            all_time: Self::new_all_time(&config)?,
+            all_time: std::sync::Arc::new(Self::new_all_time(&config)?),
             all_time_pos: 0,
             checkpoint_pos,
             since_checkpoint: 0,
             clock: 0,
             modified: Default::default(),
-            cache: super::ops::Cache::new(0),
             newest: None,
             deferred_error: None,
             log_retained_from: None,
@@ -377,15 +374,7 @@ impl Store {
             broken: None,
             acked: None,
         };
-        let store = Store {
-            holder: Mutex::new(None),
-            path: path.to_path_buf(),
-            engine,
-            config,
-            state: Mutex::new(state),
-            importer: AtomicU64::new(0),
-            sample_seed: std::sync::OnceLock::new(),
-        };
+        let store = Store::assemble(engine, config, state);
         let mut st = store.lock()?;
         let mut report = store.check_locked(&st);
         // This state was never recovered: nothing may be written from it, the drop's
@@ -1107,7 +1096,7 @@ from event {}",
             let set = self.empty_set(tag, bucket)?;
             st.clock += 1;
             let active = Active {
-                set,
+                set: std::sync::Arc::new(set),
                 log_pos: 0,
                 dirty: true,
                 last_used: st.clock,
@@ -1138,7 +1127,7 @@ from event {}",
                 self.put_set(&mut batch, &st.tags, tag, bucket, &active.set, pos)?;
             }
             self.engine.apply(batch)?;
-            st.modified.insert((tag, bucket), clock);
+            std::sync::Arc::make_mut(&mut st.modified).insert((tag, bucket), clock);
             report.rebuilt.push(format!(
                 "sketch set of bucket {}, {} ({} events)",
                 self.config.bucket.label(bucket),

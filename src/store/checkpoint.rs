@@ -14,7 +14,7 @@ use super::sets::{AllTime, SetHeader, Stored};
 use super::stage::{StagedMarker, MARKER};
 use super::state::{State, TagDict};
 use super::{codec, kinds, log, Store};
-use crate::sketch::{Sketch, SketchError, SketchSet};
+use crate::sketch::{ScalableBloom, Sketch, SketchError, SketchSet};
 use serde::{Deserialize, Serialize};
 
 /// The checkpoint record.
@@ -47,6 +47,8 @@ impl Store {
             && st.sets.values().all(|a| !a.dirty);
         if unchanged {
             self.evict_over_budget(st);
+            // Evicted sets leave memory once no snapshot shares them.
+            self.publish(st);
             return Ok(());
         }
         let mut batch = WriteBatch::default();
@@ -57,7 +59,7 @@ impl Store {
             self.put_set(&mut batch, tags, tag, bucket, &active.set, pos)?;
         }
         let all_time = AllTime {
-            bloom: st.all_time.clone(),
+            bloom: ScalableBloom::clone(&st.all_time),
             log_pos: pos,
         };
         let all_time_blob =
@@ -104,7 +106,7 @@ impl Store {
                 let reason = format!(
                     "the import was committed, but moving its staged sketch sets into place failed ({e}); reopening the store finishes it"
                 );
-                st.broken = Some(reason.clone());
+                self.mark_broken(st, reason.clone());
                 return Err(StoreError::MustReopen {
                     path: self.path.clone(),
                     reason,
@@ -112,7 +114,10 @@ impl Store {
             }
         }
         self.evict_over_budget(st);
-        self.acknowledge(st)
+        self.acknowledge(st)?;
+        // What it wrote and evicted: readers of older views may find sets rewritten since.
+        self.publish(st);
+        Ok(())
     }
 
     /// Adds a set's five parts and its header (`events`, and `pos`, the log position it

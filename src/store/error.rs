@@ -80,6 +80,10 @@ pub enum StoreError {
     ImportFailed { path: PathBuf, reason: String },
     #[error("{0}")]
     Query(String),
+    /// A read found a set rewritten after the snapshot it read from was published (see
+    /// [`Store::read`](super::Store::read), which runs the read again on a fresh snapshot).
+    #[error("the store changed under this read (a checkpoint rewrote what it read); ask again")]
+    Stale,
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;

@@ -165,7 +165,7 @@ impl Store {
             ),
             Err(e) => format!("{why}, and rolling it back failed: {e}"),
         };
-        st.broken = Some(reason.clone());
+        self.mark_broken(st, reason.clone());
         Err(StoreError::MustReopen {
             path: self.path.clone(),
             reason,

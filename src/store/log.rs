@@ -363,14 +363,24 @@ impl BlockBuilder {
         self.body.shrink_to_fit();
     }
 
-    /// The framed block and its summary.
-    pub fn finish(&self) -> Result<(Vec<u8>, BlockInfo), CodecError> {
-        let info = BlockInfo {
+    /// The summary and raw (uncompressed) body of the events so far, for a snapshot of a block
+    /// not yet written ([`decode_pending`] reads it).
+    pub(crate) fn pending(&self) -> (BlockInfo, Vec<u8>) {
+        (self.info(), self.body.clone())
+    }
+
+    fn info(&self) -> BlockInfo {
+        BlockInfo {
             first_seq: self.first_seq,
             count: self.count,
             min_time: if self.count == 0 { 0 } else { self.min_time },
             max_time: if self.count == 0 { 0 } else { self.max_time },
-        };
+        }
+    }
+
+    /// The framed block and its summary.
+    pub fn finish(&self) -> Result<(Vec<u8>, BlockInfo), CodecError> {
+        let info = self.info();
         if self.body.len() > MAX_BODY {
             return Err(CodecError::Serialize(format!(
                 "a log block of {} bytes (events over 4 GiB)",
@@ -477,6 +487,15 @@ pub fn decode_block(bytes: &[u8], each: impl FnMut(&LogEvent<'_>)) -> Result<Blo
     }
     let body = codec::decompress(rest, MAX_BODY).map_err(|e| e.to_string())?;
     decode_body(info, &body, each)
+}
+
+/// Decodes the raw body of a block not yet written ([`BlockBuilder::pending`]).
+pub(crate) fn decode_pending(
+    info: BlockInfo,
+    body: &[u8],
+    each: impl FnMut(&LogEvent<'_>),
+) -> Result<BlockInfo, String> {
+    decode_body(info, body, each)
 }
 
 /// Decodes the events of a block whose header says `info`.

@@ -12,6 +12,7 @@ use super::model::Event;
 use super::seam::Seam;
 use super::state::{State, TagDict};
 use super::{codec, keys, kinds, log, Store};
+use std::sync::Arc;
 
 impl Store {
     /// Calls `each` for every logged event in the blocks whose index entries `wanted` accepts
@@ -140,7 +141,10 @@ impl Store {
     }
 
     pub(super) fn after_log_written(st: &mut State) {
-        st.tags.persisted = st.tags.names.len() as u32;
+        if st.tags.persisted as usize != st.tags.names.len() {
+            let dict = Arc::make_mut(&mut st.tags);
+            dict.persisted = dict.names.len() as u32;
+        }
         st.sealed.clear();
         st.unindexed.clear();
         st.open_block = log::BlockBuilder::new(st.next_seq);

@@ -30,7 +30,8 @@
 //! | `recovery` | opening: metadata, dictionary, replay |
 //! | `ack` | the acknowledgement record: how far the log was acknowledged, checked at open |
 //! | `check` | `check` (every stored value and the log, damage named) and `repair` (sets rebuilt from the log) |
-//! | [`ops`] | typed reads for the query engine |
+//! | `snapshot` | the state readers see: publishing it, taking a [`Snapshot`], the log as it saw it |
+//! | [`ops`] | typed reads for the query engine, on a [`Snapshot`] |
 //! | [`model`], [`error`] | configuration, events, ranges; errors |
 
 mod ack;
@@ -50,6 +51,7 @@ mod recovery;
 mod route;
 mod seam;
 mod sets;
+mod snapshot;
 mod stage;
 mod state;
 #[cfg(test)]
@@ -67,6 +69,8 @@ pub use model::{
     lowercase_item, BucketWidth, Config, Event, Sample, Slice, TimeRange, MAX_TIME, MIN_TIME,
     RANGE_LIMIT,
 };
+pub use snapshot::Snapshot;
+pub(crate) use snapshot::STALE_RETRIES;
 pub use state::MemoryUse;
 
 use crate::codec;
@@ -75,10 +79,11 @@ use checkpoint::Checkpoint;
 use holder::HolderFile;
 use import::thread_token;
 use seam::Seam;
+use snapshot::View;
 use state::State;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::Duration;
 
 /// The on-disk format this build writes. 4: log blocks compressed (block layout 2) and
@@ -95,9 +100,12 @@ pub const OLDEST_FORMAT: u32 = 3;
 /// The blob kind of the store's metadata records (format version, config, checkpoint).
 pub const META_KIND: u8 = kinds::META.blob;
 
-/// An open store. `Send + Sync`: ingest and queries may run from many threads; a mutex
-/// serializes access to the in-memory state, so readers never see a half-applied event.
+/// An open store. `Send + Sync`: ingest and queries may run from many threads. Writers (ingest,
+/// flush, checkpoint, import) take turns on a mutex; readers never take it: each query reads a
+/// [`Snapshot`], one consistent state the writer published (see `docs/LIBRARY.md`, Threads).
 pub struct Store {
+    /// Unique to this handle in the process (see `snapshot`).
+    id: u64,
     /// The engine's location, for messages.
     path: PathBuf,
     /// This process's holder record in the store directory (stores on sled opened by
@@ -107,6 +115,18 @@ pub struct Store {
     engine: Seam,
     config: Config,
     state: Mutex<State>,
+    /// The latest publication of `state` (see `snapshot`): readers clone the `Arc` and let go.
+    view: RwLock<Arc<View>>,
+    /// `state` changed since `view` was published.
+    unpublished: AtomicBool,
+    /// A snapshot was taken since `view` was published: the next flush publishes (without
+    /// readers, flushes do not, so the writer never copies a set nobody reads).
+    readers: AtomicBool,
+    /// Merged results kept for reuse, shared by readers (never held across a read of the disk).
+    cache: Mutex<ops::Cache>,
+    /// Why the state can no longer be trusted, once it cannot (mirrors `State::broken` for
+    /// readers, who do not take the state's lock).
+    broken: OnceLock<String>,
     /// The [`thread_token`] of the thread inside [`Store::import`], 0 if none: a call from that
     /// thread would wait for itself forever, so it is refused instead.
     importer: AtomicU64,
@@ -129,6 +149,55 @@ fn open_error(path: &Path, source: EngineError) -> StoreError {
 }
 
 impl Store {
+    /// A handle on `engine` holding `state` (as read or recovered), with its first publication.
+    pub(super) fn assemble(engine: Seam, config: Config, state: State) -> Store {
+        let view = Arc::new(Self::view_of(&state));
+        Store {
+            id: snapshot::next_store_id(),
+            holder: Mutex::new(None),
+            path: engine.path().to_path_buf(),
+            engine,
+            cache: Mutex::new(ops::Cache::new(config.cache_bytes)),
+            config,
+            state: Mutex::new(state),
+            view: RwLock::new(view),
+            unpublished: AtomicBool::new(false),
+            readers: AtomicBool::new(false),
+            broken: OnceLock::new(),
+            importer: AtomicU64::new(0),
+            sample_seed: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Marks the state as no longer to be trusted: every later call fails with
+    /// [`StoreError::MustReopen`] giving `reason`, and nothing more is written.
+    pub(super) fn mark_broken(&self, st: &mut State, reason: String) {
+        let _ = self.broken.set(reason.clone());
+        st.broken = Some(reason);
+    }
+
+    /// Whether reads may go on: not after a panic interrupted a change to the state, nor once
+    /// it was marked broken.
+    pub(crate) fn check_usable(&self) -> Result<()> {
+        if self.state.is_poisoned() {
+            return Err(self.poisoned());
+        }
+        match self.broken.get() {
+            Some(reason) => Err(StoreError::MustReopen {
+                path: self.path.clone(),
+                reason: reason.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) fn poisoned(&self) -> StoreError {
+        StoreError::MustReopen {
+            path: self.path.clone(),
+            reason: "a panic interrupted a change to its in-memory state".into(),
+        }
+    }
+
     /// Creates a store at `dir` (which must not hold one already) with `config`, on sled.
     pub fn create(dir: impl AsRef<Path>, config: Config) -> Result<Store> {
         let path = dir.as_ref();
@@ -225,40 +294,20 @@ impl Store {
         Self::load(Seam::new(engine))
     }
 
-    /// Typed access to the sketch set (a copy) of the bucket holding `time`, for services that
-    /// want the sketches themselves. `None` if the slice has no events in that bucket. A time
-    /// outside [`MIN_TIME`]`..=`[`MAX_TIME`] is an error.
-    ///
-    /// A set not held for ingest is read from disk for the copy and not kept, so reads never
-    /// grow the memory that [`Config::memory_budget`] bounds.
+    /// Typed access to the sketch set (a copy) of the bucket holding `time`: see
+    /// [`Snapshot::sketch_set`].
     pub fn sketch_set(&self, slice: &Slice, time: i64) -> Result<Option<SketchSet<Sample>>> {
-        model::check_time(time).map_err(|reason| StoreError::InvalidArgument {
-            what: "bucket time",
-            value: format!("{time} ms"),
-            reason,
-        })?;
-        let st = self.lock()?;
-        let tag = match slice {
-            Slice::Whole => keys::WHOLE,
-            Slice::Tag { .. } => match st.tags.id(&slice.name()) {
-                Some(id) => id,
-                None => return Ok(None),
-            },
-        };
-        let bucket = self.config.bucket.bucket_of(time);
-        if let Some(active) = st.sets.get(&(tag, bucket)) {
-            return Ok(Some(active.set.clone()));
-        }
-        Ok(self.read_set(&st.tags, tag, bucket)?.map(|(set, _)| set))
+        self.read(|s| s.sketch_set(slice, time))
     }
 
     /// Bytes the store holds in memory: sketch sets and cached merges.
     pub fn memory_use(&self) -> Result<MemoryUse> {
-        let st = self.lock()?;
-        Ok(MemoryUse {
-            sets: Self::sets_bytes(&st),
-            cache: st.cache.used(),
-        })
+        let sets = Self::sets_bytes(&*self.lock()?);
+        let cache = match self.cache.lock() {
+            Ok(c) => c.used(),
+            Err(poisoned) => poisoned.into_inner().used(),
+        };
+        Ok(MemoryUse { sets, cache })
     }
 
     /// Bytes the store occupies on disk (allocated blocks of its files, for sled).
@@ -285,10 +334,7 @@ impl Store {
                 path: self.path.clone(),
             });
         }
-        let st = self.state.lock().map_err(|_| StoreError::MustReopen {
-            path: self.path.clone(),
-            reason: "a panic interrupted a change to its in-memory state".into(),
-        })?;
+        let st = self.state.lock().map_err(|_| self.poisoned())?;
         if let Some(reason) = &st.broken {
             return Err(StoreError::MustReopen {
                 path: self.path.clone(),
@@ -348,7 +394,9 @@ impl Store {
     /// Ingests a batch: all of it or, on any error, none of it. Durable after [`Store::flush`].
     pub fn ingest_batch(&self, events: &[Event]) -> Result<()> {
         let mut st = self.lock()?;
-        self.ingest_locked(&mut st, events, None)
+        self.ingest_locked(&mut st, events, None)?;
+        self.changed(&st);
+        Ok(())
     }
 
     /// Makes everything ingested so far durable: on return, a crash loses none of it.
@@ -368,7 +416,11 @@ impl Store {
         }
         self.write_pending(st)?;
         self.engine.sync()?;
-        self.acknowledge(st)
+        self.acknowledge(st)?;
+        if self.readers.load(Ordering::Acquire) {
+            self.publish(st);
+        }
+        Ok(())
     }
 }
 

@@ -2,16 +2,21 @@
 //! (the whole stream or one tag value), membership with its compounded false-positive rate,
 //! frequency with its bound, heavy hitters, weighted samples, exact counts and exact log scans.
 //!
+//! Every read is of a [`Snapshot`]: one consistent state, read without the writer's lock. The
+//! [`Store`] methods of the same names read a snapshot taken for the call.
+//!
 //! Each merged answer says how many buckets it read and how many sketch bytes that took, so the
 //! planner can report them. Merged sketches are cached (bounded in bytes) and reused while none
 //! of their buckets has changed.
 
 use super::keys::{self, Part};
 use super::log::{self, ItemRef, LogEvent};
-use super::state::State;
-use super::{Event, Result, Sample, Slice, Store, StoreError, TimeRange};
+use super::snapshot::View;
+use super::{Event, Result, Sample, Slice, Snapshot, Store, StoreError, TimeRange};
 use crate::hash::ShaWords;
-use crate::sketch::{CountMin, HyperLogLog, Presence, Sketch, Theta, TopEntry};
+use crate::sketch::{
+    BloomFilter, CountMin, HyperLogLog, Presence, Sketch, SketchSet, Theta, TopEntry,
+};
 use rand::Rng;
 use std::collections::HashMap;
 
@@ -66,7 +71,7 @@ pub struct Frequency {
 pub(crate) trait Mergeable: Sketch + Clone {
     const CACHE: CacheKind;
     const PART: Part;
-    fn pick(active: &super::state::Active) -> &Self;
+    fn pick(set: &SketchSet<Sample>) -> &Self;
     fn wrap(self) -> Cached;
     fn unwrap(cached: &Cached) -> Option<&Self>;
 }
@@ -74,8 +79,8 @@ pub(crate) trait Mergeable: Sketch + Clone {
 impl Mergeable for HyperLogLog {
     const CACHE: CacheKind = CacheKind::Hll;
     const PART: Part = Part::Hll;
-    fn pick(active: &super::state::Active) -> &Self {
-        &active.set.hll
+    fn pick(set: &SketchSet<Sample>) -> &Self {
+        &set.hll
     }
     fn wrap(self) -> Cached {
         Cached::Hll(self)
@@ -91,8 +96,8 @@ impl Mergeable for HyperLogLog {
 impl Mergeable for Theta {
     const CACHE: CacheKind = CacheKind::Theta;
     const PART: Part = Part::Theta;
-    fn pick(active: &super::state::Active) -> &Self {
-        &active.set.theta
+    fn pick(set: &SketchSet<Sample>) -> &Self {
+        &set.theta
     }
     fn wrap(self) -> Cached {
         Cached::Theta(self)
@@ -108,8 +113,8 @@ impl Mergeable for Theta {
 impl Mergeable for CountMin {
     const CACHE: CacheKind = CacheKind::CountMin;
     const PART: Part = Part::CountMin;
-    fn pick(active: &super::state::Active) -> &Self {
-        &active.set.cms
+    fn pick(set: &SketchSet<Sample>) -> &Self {
+        &set.cms
     }
     fn wrap(self) -> Cached {
         Cached::CountMin(self)
@@ -147,9 +152,13 @@ impl Cached {
     }
 }
 
+/// (family, tag, range start, range end).
+type CacheKey = (CacheKind, u32, Option<i64>, Option<i64>);
+
 struct CacheEntry {
     buckets: Vec<i64>,
-    /// The clock when it was computed: valid while no bucket changed after it.
+    /// The writer's clock in the view it was computed from: valid for a view at least as new
+    /// in which none of its buckets changed after it.
     computed_at: u64,
     value: Cached,
     bytes_read: usize,
@@ -160,7 +169,9 @@ struct CacheEntry {
 pub(crate) struct Cache {
     budget: usize,
     used: usize,
-    entries: HashMap<(CacheKind, u32, Option<i64>, Option<i64>), CacheEntry>,
+    /// Counts uses, for least-recently-used order.
+    tick: u64,
+    entries: HashMap<CacheKey, CacheEntry>,
 }
 
 impl Cache {
@@ -168,6 +179,7 @@ impl Cache {
         Cache {
             budget,
             used: 0,
+            tick: 0,
             entries: HashMap::new(),
         }
     }
@@ -177,7 +189,7 @@ impl Cache {
         self.used
     }
 
-    fn insert(&mut self, key: (CacheKind, u32, Option<i64>, Option<i64>), entry: CacheEntry) {
+    fn insert(&mut self, key: CacheKey, entry: CacheEntry) {
         let size = entry.value.size();
         if size > self.budget {
             return;
@@ -203,21 +215,36 @@ impl Cache {
     }
 }
 
-impl Store {
+impl Snapshot<'_> {
+    /// The store this snapshot is of.
+    pub fn store(&self) -> &Store {
+        self.store
+    }
+
+    pub fn config(&self) -> &super::Config {
+        &self.store.config
+    }
+
+    /// The store's directory.
+    pub fn path(&self) -> &std::path::Path {
+        &self.store.path
+    }
+
     /// The tag id of a slice, or a clear error naming the unknown tag and the known ones.
-    fn tag_id(&self, st: &State, slice: &Slice) -> Result<u32> {
+    fn tag_id(&self, slice: &Slice) -> Result<u32> {
+        let tags = &self.view.tags;
         match slice {
             Slice::Whole => Ok(keys::WHOLE),
             Slice::Tag { field, value } => {
-                if !self.config.tag_fields.iter().any(|f| f == field) {
+                let config = &self.store.config;
+                if !config.tag_fields.iter().any(|f| f == field) {
                     return Err(StoreError::Query(format!(
                         "unknown tag field '{field}' (this store's tag fields: {})",
-                        self.config.tag_fields.join(", ")
+                        config.tag_fields.join(", ")
                     )));
                 }
-                st.tags.id(&format!("{field}:{value}")).ok_or_else(|| {
-                    let known: Vec<&str> = st
-                        .tags
+                tags.id(&format!("{field}:{value}")).ok_or_else(|| {
+                    let known: Vec<&str> = tags
                         .all()
                         .map(|(_, n)| n)
                         .filter(|n| n.starts_with(&format!("{field}:")))
@@ -236,19 +263,19 @@ impl Store {
     }
 
     /// The buckets of a tag that overlap `range`, in time order: stored ones (one ordered key
-    /// scan) and those only in memory.
-    fn buckets_of(&self, st: &State, tag: u32, range: &TimeRange) -> Result<Vec<i64>> {
-        let width = self.config.bucket.millis();
+    /// scan) and those the view holds. A stored bucket the view does not know of was written
+    /// after it; reading it then finds it [`StoreError::Stale`].
+    fn buckets_of(&self, tag: u32, range: &TimeRange) -> Result<Vec<i64>> {
+        let config = &self.store.config;
+        let width = config.bucket.millis();
         let prefix = keys::sketch_prefix(Part::Header, tag);
         let start = keys::sketch(
             Part::Header,
             tag,
-            range
-                .start
-                .map_or(i64::MIN, |s| self.config.bucket.bucket_of(s)),
+            range.start.map_or(i64::MIN, |s| config.bucket.bucket_of(s)),
         );
         let mut out = Vec::new();
-        for entry in self.engine.range(&start, None) {
+        for entry in self.store.engine.range(&start, None) {
             let (k, _) = entry?;
             if !k.starts_with(&prefix) {
                 break;
@@ -262,7 +289,7 @@ impl Store {
                 }
             }
         }
-        for &(t, bucket) in st.sets.keys() {
+        for &(t, bucket) in self.view.sets.keys() {
             if t == tag && range.overlaps_bucket(bucket, width) {
                 out.push(bucket);
             }
@@ -272,109 +299,115 @@ impl Store {
         Ok(out)
     }
 
+    /// `read` of a set the view does not hold, checked against the set's stored header read
+    /// after it: a log position past the view's end means a checkpoint rewrote the set since
+    /// the view was published ([`StoreError::Stale`]).
+    fn from_disk<T>(&self, tag: u32, bucket: i64, read: impl FnOnce() -> Result<T>) -> Result<T> {
+        let value = read()?;
+        let header = self.store.read_header(&self.view.tags, tag, bucket)?;
+        if header.is_some_and(|(_, log_pos)| log_pos > self.view.end_seq) {
+            return Err(StoreError::Stale);
+        }
+        Ok(value)
+    }
+
     /// The dictionary id of a slice's tag (0 for the whole stream), as carried by
     /// [`LogEvent::tag_ids`]; an unknown tag is an error naming the known values.
     pub fn tag_id_of(&self, slice: &Slice) -> Result<u32> {
-        let st = self.lock()?;
-        self.tag_id(&st, slice)
+        self.tag_id(slice)
     }
 
     /// All buckets of the whole stream, with their exact event counts.
     pub fn buckets(&self) -> Result<Vec<(i64, u64)>> {
-        let st = self.lock()?;
-        let list = self.buckets_of(&st, keys::WHOLE, &TimeRange::all())?;
+        let list = self.buckets_of(keys::WHOLE, &TimeRange::all())?;
         list.into_iter()
-            .map(|b| Ok((b, self.events_in(&st, keys::WHOLE, b)?)))
+            .map(|b| Ok((b, self.events_in(keys::WHOLE, b)?)))
             .collect()
     }
 
     /// Every tag value seen, as `field:value`.
-    pub fn tags(&self) -> Result<Vec<String>> {
-        Ok(self
-            .lock()?
-            .tags
-            .all()
-            .map(|(_, n)| n.to_string())
-            .collect())
+    pub fn tags(&self) -> Vec<String> {
+        self.view.tags.all().map(|(_, n)| n.to_string()).collect()
     }
 
-    fn events_in(&self, st: &State, tag: u32, bucket: i64) -> Result<u64> {
-        if let Some(a) = st.sets.get(&(tag, bucket)) {
-            return Ok(a.set.events);
+    fn events_in(&self, tag: u32, bucket: i64) -> Result<u64> {
+        if let Some(set) = self.view.sets.get(&(tag, bucket)) {
+            return Ok(set.events);
         }
-        Ok(self
-            .read_header(&st.tags, tag, bucket)?
-            .map_or(0, |(events, _)| events))
+        match self.store.read_header(&self.view.tags, tag, bucket)? {
+            Some((_, log_pos)) if log_pos > self.view.end_seq => Err(StoreError::Stale),
+            Some((events, _)) => Ok(events),
+            None => Ok(0),
+        }
     }
 
-    /// One family's sketch of one bucket: from memory if the set is active, else decoded.
-    fn part<S: Sketch + Clone>(
-        &self,
-        st: &State,
-        part: Part,
-        tag: u32,
-        bucket: i64,
-        pick: impl Fn(&super::state::Active) -> &S,
-    ) -> Result<Option<S>> {
-        if let Some(a) = st.sets.get(&(tag, bucket)) {
-            return Ok(Some(pick(a).clone()));
+    /// One family's sketch of one bucket: shared from the view if it holds the set, else read.
+    fn part<S: Mergeable>(&self, tag: u32, bucket: i64) -> Result<Option<S>> {
+        if let Some(set) = self.view.sets.get(&(tag, bucket)) {
+            return Ok(Some(S::pick(set).clone()));
         }
-        self.read_part::<S>(&st.tags, part, tag, bucket)
+        self.from_disk(tag, bucket, || {
+            self.store
+                .read_part::<S>(&self.view.tags, S::PART, tag, bucket)
+        })
+    }
+
+    /// The sketch set (a copy) of the bucket holding `time`, for services that want the
+    /// sketches themselves. `None` if the slice has no events in that bucket. A time outside
+    /// [`MIN_TIME`](super::MIN_TIME)`..=`[`MAX_TIME`](super::MAX_TIME) is an error.
+    ///
+    /// A set not held for ingest is read from disk for the copy and not kept, so reads never
+    /// grow the memory that [`Config::memory_budget`](super::Config::memory_budget) bounds.
+    pub fn sketch_set(&self, slice: &Slice, time: i64) -> Result<Option<SketchSet<Sample>>> {
+        super::model::check_time(time).map_err(|reason| StoreError::InvalidArgument {
+            what: "bucket time",
+            value: format!("{time} ms"),
+            reason,
+        })?;
+        let tag = match slice {
+            Slice::Whole => keys::WHOLE,
+            Slice::Tag { .. } => match self.view.tags.id(&slice.name()) {
+                Some(id) => id,
+                None => return Ok(None),
+            },
+        };
+        let bucket = self.store.config.bucket.bucket_of(time);
+        if let Some(set) = self.view.sets.get(&(tag, bucket)) {
+            return Ok(Some(SketchSet::clone(set)));
+        }
+        self.from_disk(tag, bucket, || {
+            Ok(self
+                .store
+                .read_set(&self.view.tags, tag, bucket)?
+                .map(|(set, _)| set))
+        })
     }
 
     fn merged<S: Mergeable>(&self, slice: &Slice, range: &TimeRange) -> Result<Merged<S>> {
         range.check()?;
-        let mut guard = self.lock()?;
-        let st = &mut *guard;
-        let tag = self.tag_id(st, slice)?;
-        let buckets = self.buckets_of(st, tag, range)?;
+        let tag = self.tag_id(slice)?;
+        let buckets = self.buckets_of(tag, range)?;
         let key = (S::CACHE, tag, range.start, range.end);
-        st.clock += 1;
-        let now = st.clock;
-        if let Some(entry) = st.cache.entries.get_mut(&key) {
-            let fresh = entry.buckets == buckets
-                && buckets.iter().all(|b| {
-                    st.modified
-                        .get(&(tag, *b))
-                        .is_none_or(|&m| m <= entry.computed_at)
-                });
-            if fresh {
-                entry.last_used = now;
-                if let Some(s) = S::unwrap(&entry.value) {
-                    return Ok(Merged {
-                        sketch: Some(s.clone()),
-                        buckets: buckets.len(),
-                        bytes: entry.bytes_read,
-                    });
-                }
-            }
+        if let Some(hit) = self.store.cached::<S>(&key, &buckets, &self.view) {
+            return Ok(hit);
         }
         let mut acc: Option<S> = None;
         let mut bytes = 0;
         for &b in &buckets {
-            let Some(s) = self.part(st, S::PART, tag, b, S::pick)? else {
+            let Some(s) = self.part::<S>(tag, b)? else {
                 continue;
             };
             bytes += s.size_bytes();
             match &mut acc {
                 None => acc = Some(s),
                 Some(a) => a.merge(&s).map_err(|source| StoreError::Damaged {
-                    name: self.blob_name(&st.tags, S::PART, tag, b),
+                    name: self.store.blob_name(&self.view.tags, S::PART, tag, b),
                     source,
                 })?,
             }
         }
         if let Some(s) = &acc {
-            st.cache.insert(
-                key,
-                CacheEntry {
-                    buckets: buckets.clone(),
-                    computed_at: now,
-                    value: s.clone().wrap(),
-                    bytes_read: bytes,
-                    last_used: now,
-                },
-            );
+            self.store.cache_merge(key, &buckets, &self.view, s, bytes);
         }
         Ok(Merged {
             sketch: acc,
@@ -403,9 +436,8 @@ impl Store {
     pub fn membership(&self, slice: &Slice, range: &TimeRange, item: &str) -> Result<Membership> {
         range.check()?;
         let sha = ShaWords::of(item.as_bytes());
-        let st = self.lock()?;
         if range.is_all() && *slice == Slice::Whole {
-            let f = &st.all_time;
+            let f = &self.view.all_time;
             let presence = f.lookup(&sha);
             return Ok(Membership {
                 maybe: presence != Presence::Absent,
@@ -418,8 +450,8 @@ impl Store {
                 saturated: f.predicted_fpr() > f.target_fpr(),
             });
         }
-        let tag = self.tag_id(&st, slice)?;
-        let buckets = self.buckets_of(&st, tag, range)?;
+        let tag = self.tag_id(slice)?;
+        let buckets = self.buckets_of(tag, range)?;
         let mut out = Membership {
             maybe: false,
             present: false,
@@ -433,7 +465,7 @@ impl Store {
         let mut all_clear = 1.0;
         let mut read = 0usize;
         let mut exact = 0usize;
-        let mut add = |f: &crate::sketch::BloomFilter| {
+        let mut add = |f: &BloomFilter| {
             let presence = f.lookup(&sha);
             out.maybe |= presence != Presence::Absent;
             out.present |= presence == Presence::Present;
@@ -445,12 +477,14 @@ impl Store {
             exact += usize::from(f.is_exact());
         };
         for &b in &buckets {
-            match st.sets.get(&(tag, b)) {
-                Some(a) => add(&a.set.bloom),
+            match self.view.sets.get(&(tag, b)) {
+                Some(set) => add(&set.bloom),
                 None => {
-                    if let Some(f) =
-                        self.read_part::<crate::sketch::BloomFilter>(&st.tags, Part::Bloom, tag, b)?
-                    {
+                    let stored = self.from_disk(tag, b, || {
+                        self.store
+                            .read_part::<BloomFilter>(&self.view.tags, Part::Bloom, tag, b)
+                    })?;
+                    if let Some(f) = stored {
                         add(&f);
                     }
                 }
@@ -478,7 +512,7 @@ impl Store {
                 estimate: 0,
                 exact: false,
                 bound: 0.0,
-                delta: self.config.sketches.cms_delta,
+                delta: self.store.config.sketches.cms_delta,
                 total: 0,
                 buckets: 0,
                 bytes: 0,
@@ -503,12 +537,11 @@ impl Store {
     /// for a range that is not bucket-aligned, scan the log instead).
     pub fn count(&self, slice: &Slice, range: &TimeRange) -> Result<(u64, usize)> {
         range.check()?;
-        let st = self.lock()?;
-        let tag = self.tag_id(&st, slice)?;
-        let buckets = self.buckets_of(&st, tag, range)?;
+        let tag = self.tag_id(slice)?;
+        let buckets = self.buckets_of(tag, range)?;
         let mut total = 0;
         for &b in &buckets {
-            total += self.events_in(&st, tag, b)?;
+            total += self.events_in(tag, b)?;
         }
         Ok((total, buckets.len()))
     }
@@ -525,7 +558,7 @@ impl Store {
         rng: &mut R,
     ) -> Result<(Vec<Event>, usize)> {
         range.check()?;
-        let k = self.config.sketches.reservoir_size;
+        let k = self.store.config.sketches.reservoir_size;
         if n > k {
             return Err(StoreError::InvalidArgument {
                 what: "sample size",
@@ -535,24 +568,22 @@ impl Store {
                 ),
             });
         }
-        let (reservoirs, read) = {
-            let st = self.lock()?;
-            let tag = self.tag_id(&st, slice)?;
-            let buckets = self.buckets_of(&st, tag, range)?;
-            let mut reservoirs = Vec::new();
-            for &b in &buckets {
-                let r = match st.sets.get(&(tag, b)) {
-                    Some(a) => a.set.reservoir.clone(),
-                    None => match self.read_reservoir(&st.tags, tag, b)? {
-                        Some(r) => r,
-                        None => continue,
-                    },
-                };
-                reservoirs.push(r);
-            }
-            (reservoirs, buckets.len())
-        };
-        // Drawn without the lock: `rng` is the caller's code.
+        let tag = self.tag_id(slice)?;
+        let buckets = self.buckets_of(tag, range)?;
+        let mut reservoirs = Vec::new();
+        for &b in &buckets {
+            let r = match self.view.sets.get(&(tag, b)) {
+                Some(set) => set.reservoir.clone(),
+                None => match self.from_disk(tag, b, || {
+                    self.store.read_reservoir(&self.view.tags, tag, b)
+                })? {
+                    Some(r) => r,
+                    None => continue,
+                },
+            };
+            reservoirs.push(r);
+        }
+        let read = buckets.len();
         let mut left: Vec<u64> = reservoirs.iter().map(|r| r.seen()).collect();
         let total: u64 = left.iter().sum();
         let draws = (n as u64).min(total) as usize;
@@ -574,13 +605,12 @@ impl Store {
         for (r, &c) in reservoirs.iter().zip(&per_bucket) {
             picked.extend(r.pick(c, rng).into_iter().cloned());
         }
-        let mut st = self.lock()?;
-        Ok((self.resolve_samples(&mut st, picked)?, read))
+        Ok((self.resolve_samples(picked)?, read))
     }
 
     /// The events `samples` stand for, in their order: kept ones as they are, logged ones read
     /// back from the log in one pass over the blocks that hold them.
-    fn resolve_samples(&self, st: &mut State, samples: Vec<Sample>) -> Result<Vec<Event>> {
+    fn resolve_samples(&self, samples: Vec<Sample>) -> Result<Vec<Event>> {
         let mut wanted: Vec<u64> = samples
             .iter()
             .filter_map(|s| match s {
@@ -592,18 +622,17 @@ impl Store {
         if !wanted.is_empty() {
             wanted.sort_unstable();
             wanted.dedup();
-            // A sampled event may still be in the open block.
-            self.write_pending(st)?;
-            let tags = &st.tags;
+            let tags = &self.view.tags;
             let holds = |info: &log::BlockInfo| {
                 let at = wanted.partition_point(|&seq| seq < info.first_seq);
                 wanted.get(at).is_some_and(|&seq| seq < info.end_seq())
             };
-            self.for_each_block(holds, &|| false, |ev| {
-                if wanted.binary_search(&ev.seq).is_ok() {
-                    found.insert(ev.seq, Self::to_event(ev, tags));
-                }
-            })?;
+            self.store
+                .for_each_block_in(&self.view, holds, &|| false, |ev| {
+                    if wanted.binary_search(&ev.seq).is_ok() {
+                        found.insert(ev.seq, Store::to_event(ev, tags));
+                    }
+                })?;
         }
         samples
             .into_iter()
@@ -621,8 +650,7 @@ impl Store {
     /// oldest).
     pub fn raw_events_retained(&self, range: &TimeRange) -> Result<bool> {
         range.check()?;
-        let st = self.lock()?;
-        Ok(match st.log_retained_from {
+        Ok(match self.view.log_retained_from {
             None => true,
             Some(from) => range.start.is_some_and(|s| s >= from),
         })
@@ -630,13 +658,13 @@ impl Store {
 
     /// The time from which raw events are kept, once retention has dropped older ones (`None`:
     /// every raw event is kept).
-    pub fn raw_events_retained_from(&self) -> Result<Option<i64>> {
-        Ok(self.lock()?.log_retained_from)
+    pub fn raw_events_retained_from(&self) -> Option<i64> {
+        self.view.log_retained_from
     }
 
-    /// Like [`Store::scan`], also handing `each` a way to make an owned [`Event`] of an event
-    /// (its tags resolved under the scan's lock), for callers that keep a few of many, such as
-    /// a reservoir filled by a scan.
+    /// Like [`Snapshot::scan`], also handing `each` a way to make an owned [`Event`] of an
+    /// event (its tags resolved in this snapshot's dictionary), for callers that keep a few of
+    /// many, such as a reservoir filled by a scan.
     pub fn scan_events(
         &self,
         slice: &Slice,
@@ -648,7 +676,7 @@ impl Store {
             .unwrap_or(0))
     }
 
-    /// [`Store::scan_events`] that can stop early: see [`Store::scan_until`].
+    /// [`Snapshot::scan_events`] that can stop early: see [`Snapshot::scan_until`].
     pub fn scan_events_until(
         &self,
         slice: &Slice,
@@ -656,17 +684,15 @@ impl Store {
         stop: &dyn Fn() -> bool,
         mut each: impl FnMut(&LogEvent<'_>, &dyn Fn(&LogEvent<'_>) -> Event),
     ) -> Result<Option<u64>> {
-        range.check()?;
-        let mut st = self.lock()?;
-        self.scan_locked(&mut st, slice, range, stop, |ev, tags| {
+        let tags = &self.view.tags;
+        self.scan_until(slice, range, stop, |ev| {
             each(ev, &|e| Store::to_event(e, tags))
         })
     }
 
     /// Scans the raw events of the range in log order, calling `each` for the ones of `slice`.
-    /// Returns the number of events decoded. Pending (unflushed) events are written to the log
-    /// first, so the scan sees everything ingested. If `each` panics, no further event is
-    /// passed to it and the panic goes on to the caller, leaving the store usable.
+    /// Returns the number of events decoded. The scan sees exactly the events of this snapshot,
+    /// flushed or not, and holds no lock: `each` may call the store (even ingest into it).
     pub fn scan(
         &self,
         slice: &Slice,
@@ -676,7 +702,7 @@ impl Store {
         Ok(self.scan_until(slice, range, &|| false, each)?.unwrap_or(0))
     }
 
-    /// [`Store::scan`] that can stop early: `stop` is asked before each log block (at most
+    /// [`Snapshot::scan`] that can stop early: `stop` is asked before each log block (at most
     /// [`log::BLOCK_EVENTS`] events), and once it answers true the scan ends there and returns
     /// `Ok(None)` (`each` has then seen only part of the range). This is how a query is
     /// cancelled within a fraction of a second however many events the range holds.
@@ -688,62 +714,211 @@ impl Store {
         mut each: impl FnMut(&LogEvent<'_>),
     ) -> Result<Option<u64>> {
         range.check()?;
-        let mut st = self.lock()?;
-        let mut panicked = None;
-        let scanned = self.scan_locked(&mut st, slice, range, stop, |ev, _| {
-            if panicked.is_none() {
-                // `each` is the caller's code: a panic in it must not poison the store's lock
-                // (nothing of the state is being changed while it runs).
-                let call = std::panic::AssertUnwindSafe(|| each(ev));
-                panicked = std::panic::catch_unwind(call).err();
-            }
-        });
-        drop(st);
-        if let Some(panic) = panicked {
-            std::panic::resume_unwind(panic);
-        }
-        scanned
-    }
-
-    /// Scans under the lock; `Ok(None)` when `stop` ended it early.
-    fn scan_locked(
-        &self,
-        st: &mut State,
-        slice: &Slice,
-        range: &TimeRange,
-        stop: &dyn Fn() -> bool,
-        mut each: impl FnMut(&LogEvent<'_>, &super::state::TagDict),
-    ) -> Result<Option<u64>> {
-        let tag = self.tag_id(st, slice)?;
-        self.write_pending(st)?;
+        let tag = self.tag_id(slice)?;
         let mut decoded = 0u64;
         let overlaps = |info: &log::BlockInfo| {
             range.start.is_none_or(|s| info.max_time >= s)
                 && range.end.is_none_or(|e| info.min_time < e)
         };
-        let tags = &st.tags;
-        let finished = self.for_each_block(overlaps, stop, |ev| {
-            decoded += 1;
-            if range.contains(ev.time) && (tag == keys::WHOLE || ev.tag_ids().contains(&tag)) {
-                each(ev, tags);
-            }
-        })?;
-        if !finished {
-            return Ok(None);
-        }
-        Ok(Some(decoded))
+        let finished = self
+            .store
+            .for_each_block_in(&self.view, overlaps, stop, |ev| {
+                decoded += 1;
+                if range.contains(ev.time) && (tag == keys::WHOLE || ev.tag_ids().contains(&tag)) {
+                    each(ev);
+                }
+            })?;
+        Ok(finished.then_some(decoded))
     }
 
-    /// Scans and decodes events into owned [`Event`]s (tags resolved through the dictionary,
-    /// under the same lock as the scan).
+    /// Scans and decodes events into owned [`Event`]s (tags resolved in this snapshot's
+    /// dictionary).
     pub fn events(&self, slice: &Slice, range: &TimeRange) -> Result<Vec<Event>> {
-        range.check()?;
-        let mut st = self.lock()?;
         let mut out = Vec::new();
-        self.scan_locked(&mut st, slice, range, &|| false, |ev, tags| {
-            out.push(Store::to_event(ev, tags))
-        })?;
+        self.scan_events(slice, range, |ev, to_event| out.push(to_event(ev)))?;
         Ok(out)
+    }
+}
+
+impl Store {
+    /// A cached merge for `key` over `buckets`, if one was computed from the same versions of
+    /// those buckets that `view` holds.
+    fn cached<S: Mergeable>(
+        &self,
+        key: &CacheKey,
+        buckets: &[i64],
+        view: &View,
+    ) -> Option<Merged<S>> {
+        let mut cache = self.cache.lock().ok()?;
+        cache.tick += 1;
+        let now = cache.tick;
+        let entry = cache.entries.get_mut(key)?;
+        // Computed from this view or an older one, and none of its buckets changed since.
+        let fresh = entry.computed_at <= view.clock
+            && entry.buckets == buckets
+            && buckets.iter().all(|b| {
+                view.modified
+                    .get(&(key.1, *b))
+                    .is_none_or(|&m| m <= entry.computed_at)
+            });
+        if !fresh {
+            return None;
+        }
+        entry.last_used = now;
+        S::unwrap(&entry.value).map(|s| Merged {
+            sketch: Some(s.clone()),
+            buckets: buckets.len(),
+            bytes: entry.bytes_read,
+        })
+    }
+
+    fn cache_merge<S: Mergeable>(
+        &self,
+        key: CacheKey,
+        buckets: &[i64],
+        view: &View,
+        merged: &S,
+        bytes_read: usize,
+    ) {
+        let Ok(mut cache) = self.cache.lock() else {
+            return;
+        };
+        cache.tick += 1;
+        let now = cache.tick;
+        cache.insert(
+            key,
+            CacheEntry {
+                buckets: buckets.to_vec(),
+                computed_at: view.clock,
+                value: merged.clone().wrap(),
+                bytes_read,
+                last_used: now,
+            },
+        );
+    }
+
+    /// The dictionary id of a slice's tag: see [`Snapshot::tag_id_of`].
+    pub fn tag_id_of(&self, slice: &Slice) -> Result<u32> {
+        self.snapshot()?.tag_id_of(slice)
+    }
+
+    /// All buckets of the whole stream, with their exact event counts.
+    pub fn buckets(&self) -> Result<Vec<(i64, u64)>> {
+        self.read(|s| s.buckets())
+    }
+
+    /// Every tag value seen, as `field:value`.
+    pub fn tags(&self) -> Result<Vec<String>> {
+        Ok(self.snapshot()?.tags())
+    }
+
+    /// See [`Snapshot::merged_hll`].
+    pub fn merged_hll(&self, slice: &Slice, range: &TimeRange) -> Result<Merged<HyperLogLog>> {
+        self.read(|s| s.merged_hll(slice, range))
+    }
+
+    /// See [`Snapshot::merged_theta`].
+    pub fn merged_theta(&self, slice: &Slice, range: &TimeRange) -> Result<Merged<Theta>> {
+        self.read(|s| s.merged_theta(slice, range))
+    }
+
+    /// See [`Snapshot::merged_countmin`].
+    pub fn merged_countmin(&self, slice: &Slice, range: &TimeRange) -> Result<Merged<CountMin>> {
+        self.read(|s| s.merged_countmin(slice, range))
+    }
+
+    /// See [`Snapshot::membership`].
+    pub fn membership(&self, slice: &Slice, range: &TimeRange, item: &str) -> Result<Membership> {
+        self.read(|s| s.membership(slice, range, item))
+    }
+
+    /// See [`Snapshot::frequency`].
+    pub fn frequency(&self, slice: &Slice, range: &TimeRange, item: &str) -> Result<Frequency> {
+        self.read(|s| s.frequency(slice, range, item))
+    }
+
+    /// See [`Snapshot::top`].
+    pub fn top(
+        &self,
+        slice: &Slice,
+        range: &TimeRange,
+        n: usize,
+    ) -> Result<(Vec<TopEntry>, Merged<CountMin>)> {
+        self.read(|s| s.top(slice, range, n))
+    }
+
+    /// See [`Snapshot::count`].
+    pub fn count(&self, slice: &Slice, range: &TimeRange) -> Result<(u64, usize)> {
+        self.read(|s| s.count(slice, range))
+    }
+
+    /// See [`Snapshot::sample`]. Draws from `rng` again if a checkpoint made the first read
+    /// stale.
+    pub fn sample<R: Rng>(
+        &self,
+        slice: &Slice,
+        range: &TimeRange,
+        n: usize,
+        rng: &mut R,
+    ) -> Result<(Vec<Event>, usize)> {
+        self.read(|s| s.sample(slice, range, n, rng))
+    }
+
+    /// See [`Snapshot::raw_events_retained`].
+    pub fn raw_events_retained(&self, range: &TimeRange) -> Result<bool> {
+        self.snapshot()?.raw_events_retained(range)
+    }
+
+    /// See [`Snapshot::raw_events_retained_from`].
+    pub fn raw_events_retained_from(&self) -> Result<Option<i64>> {
+        Ok(self.snapshot()?.raw_events_retained_from())
+    }
+
+    /// See [`Snapshot::scan_events`].
+    pub fn scan_events(
+        &self,
+        slice: &Slice,
+        range: &TimeRange,
+        each: impl FnMut(&LogEvent<'_>, &dyn Fn(&LogEvent<'_>) -> Event),
+    ) -> Result<u64> {
+        self.snapshot()?.scan_events(slice, range, each)
+    }
+
+    /// See [`Snapshot::scan_events_until`].
+    pub fn scan_events_until(
+        &self,
+        slice: &Slice,
+        range: &TimeRange,
+        stop: &dyn Fn() -> bool,
+        each: impl FnMut(&LogEvent<'_>, &dyn Fn(&LogEvent<'_>) -> Event),
+    ) -> Result<Option<u64>> {
+        self.snapshot()?.scan_events_until(slice, range, stop, each)
+    }
+
+    /// See [`Snapshot::scan`]: on a snapshot taken now.
+    pub fn scan(
+        &self,
+        slice: &Slice,
+        range: &TimeRange,
+        each: impl FnMut(&LogEvent<'_>),
+    ) -> Result<u64> {
+        self.snapshot()?.scan(slice, range, each)
+    }
+
+    /// See [`Snapshot::scan_until`]: on a snapshot taken now.
+    pub fn scan_until(
+        &self,
+        slice: &Slice,
+        range: &TimeRange,
+        stop: &dyn Fn() -> bool,
+        each: impl FnMut(&LogEvent<'_>),
+    ) -> Result<Option<u64>> {
+        self.snapshot()?.scan_until(slice, range, stop, each)
+    }
+
+    /// See [`Snapshot::events`].
+    pub fn events(&self, slice: &Slice, range: &TimeRange) -> Result<Vec<Event>> {
+        self.snapshot()?.events(slice, range)
     }
 
     /// The compact form of an item, to compare with [`LogEvent::item`] without decoding.

@@ -13,15 +13,14 @@ use super::model::{self, Config, Event};
 use super::seam::Seam;
 use super::sets::AllTime;
 use super::state::{State, TagDict};
-use super::{codec, keys, kinds, log, ops, Store, FORMAT_VERSION, OLDEST_FORMAT};
+use super::{codec, keys, kinds, log, Store, FORMAT_VERSION, OLDEST_FORMAT};
 use crate::hash::Item;
 use crate::sketch::{ScalableBloom, Sketch};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::sync::atomic::AtomicU64;
-use std::sync::Mutex;
+use std::sync::Arc;
 
 impl Store {
     pub(super) fn blob<T: Serialize>(path: &Path, value: &T) -> Result<Vec<u8>> {
@@ -93,21 +92,13 @@ impl Store {
             engine.apply(batch)?;
             engine.sync()?;
         }
-        let store = Store {
-            holder: Mutex::new(None),
-            path: engine.path().to_path_buf(),
-            engine,
-            config,
-            state: Mutex::new(state),
-            importer: AtomicU64::new(0),
-            sample_seed: std::sync::OnceLock::new(),
-        };
+        let store = Store::assemble(engine, config, state);
         if let Err(e) = store.replay() {
             // A replay that stopped halfway (a damaged set it needed) leaves sets holding only
             // some of their events; the drop's checkpoint would write them as complete, with
             // the current log position, and lose the rest for good.
             if let Ok(mut st) = store.state.lock() {
-                st.broken = Some(format!("recovery failed: {e}"));
+                store.mark_broken(&mut st, format!("recovery failed: {e}"));
             }
             return Err(e);
         }
@@ -194,19 +185,18 @@ impl Store {
         // sequence numbers must never be reused, so positions recorded elsewhere count too.
         let next_seq = next_seq.max(checkpoint.log_pos).max(all_time.log_pos);
         let state = State {
-            tags,
+            tags: Arc::new(tags),
             next_seq,
             sealed: Vec::new(),
             unindexed: Vec::new(),
             open_block: log::BlockBuilder::new(next_seq),
             sets: FxHashMap::default(),
-            all_time: all_time.bloom,
+            all_time: Arc::new(all_time.bloom),
             all_time_pos: all_time.log_pos,
             checkpoint_pos: checkpoint.log_pos,
             since_checkpoint: 0,
             clock: 0,
-            modified: FxHashMap::default(),
-            cache: ops::Cache::new(config.cache_bytes),
+            modified: Default::default(),
             newest: None,
             deferred_error: None,
             log_retained_from,
@@ -239,6 +229,7 @@ impl Store {
         if Self::sets_bytes(&st) > self.config.memory_budget {
             self.checkpoint_locked(&mut st)?;
         }
+        self.publish(&st);
         Ok(())
     }
 
@@ -282,8 +273,7 @@ impl Store {
                 let clock = st.clock;
                 if let Some(active) = st.sets.get_mut(&(tag, bucket)) {
                     if seq >= active.log_pos {
-                        active
-                            .set
+                        Arc::make_mut(&mut active.set)
                             .update(&item, || self.sample_of(seq, || event.clone()));
                         active.log_pos = seq + 1;
                         active.dirty = true;
@@ -293,7 +283,7 @@ impl Store {
             }
             if only.is_none() {
                 if seq >= st.all_time_pos {
-                    st.all_time.insert(&item.hashes.sha);
+                    Arc::make_mut(&mut st.all_time).insert(&item.hashes.sha);
                     st.all_time_pos = seq + 1;
                 }
                 st.newest = Some(st.newest.map_or(event.time, |n| n.max(event.time)));

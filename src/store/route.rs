@@ -11,10 +11,11 @@
 use super::error::{Result, StoreError};
 use super::keys;
 use super::model::Event;
-use super::state::State;
+use super::state::{State, TagDict};
 use super::Store;
 use crate::hash::{Item, ItemHashes};
 use rustc_hash::FxHashMap;
+use std::sync::Arc;
 
 impl Store {
     /// `hashed`, when given, holds each event's item hashes computed ahead (on another thread).
@@ -107,7 +108,7 @@ impl Store {
         let mut tag_ends: Vec<usize> = Vec::with_capacity(events.len());
         for e in events {
             for (f, v) in &e.tags {
-                let id = st.tags.intern_pair(f, v);
+                let id = TagDict::intern_pair(&mut st.tags, f, v);
                 tag_ids.push(id);
             }
             tag_ends.push(tag_ids.len());
@@ -131,15 +132,16 @@ impl Store {
                 for key in loaded_now {
                     st.sets.remove(&key);
                 }
-                st.tags.truncate(tags_before);
+                Arc::make_mut(&mut st.tags).truncate(tags_before);
                 return Err(e);
             }
             loaded_now.push((tag, bucket));
         }
         st.clock += 1;
         let clock = st.clock;
+        let modified = Arc::make_mut(&mut st.modified);
         for &key in &needed {
-            st.modified.insert(key, clock);
+            modified.insert(key, clock);
             if let Some(active) = st.sets.get_mut(&key) {
                 active.dirty = true;
                 active.last_used = clock;
@@ -176,7 +178,7 @@ impl Store {
         let first_seq = st.next_seq;
         for (key, which) in &routes {
             if let Some(active) = st.sets.get_mut(key) {
-                active.set.update_batch(&items, which, |i| {
+                Arc::make_mut(&mut active.set).update_batch(&items, which, |i| {
                     self.sample_of(first_seq + i as u64, || events[i].clone())
                 });
                 if let Some(&last) = which.last() {
@@ -184,11 +186,12 @@ impl Store {
                 }
             }
         }
+        let all_time = Arc::make_mut(&mut st.all_time);
         for (n, item) in items.iter().enumerate() {
             if let Some(ahead) = items.get(n + 8) {
-                st.all_time.prefetch(&ahead.hashes.sha);
+                all_time.prefetch(&ahead.hashes.sha);
             }
-            st.all_time.insert(&item.hashes.sha);
+            all_time.insert(&item.hashes.sha);
         }
         let mut start = 0;
         for ((event, item), &end) in events.iter().zip(&items).zip(&tag_ends) {

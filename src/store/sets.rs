@@ -194,7 +194,9 @@ impl Store {
         let mut st = self.lock()?;
         for (&(tag, bucket), active) in st.sets.iter_mut() {
             if let Some(s) = self.set_seed(tag, bucket, active.log_pos) {
-                active.set.reservoir.reseed(s);
+                std::sync::Arc::make_mut(&mut active.set)
+                    .reservoir
+                    .reseed(s);
             }
         }
         Ok(())
@@ -245,7 +247,7 @@ impl Store {
             None => (self.empty_set(tag, bucket)?, 0),
         };
         let active = Active {
-            set,
+            set: std::sync::Arc::new(set),
             log_pos,
             dirty: stored == Stored::Staged,
             last_used: st.clock,

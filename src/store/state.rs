@@ -6,19 +6,22 @@
 //! and writing sets is `sets`, `checkpoint`, `stage` and `import`'s business).
 
 use super::model::Sample;
-use super::{log, ops, Store};
+use super::{log, Store};
 use crate::sketch::{ScalableBloom, Sketch, SketchSet};
 use rustc_hash::FxHashMap;
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 pub(crate) struct Active {
-    pub(crate) set: SketchSet<Sample>,
+    /// Shared with the published snapshot until the writer next changes it (copy on write:
+    /// `Arc::make_mut`), so publishing costs a pointer per set, not a copy.
+    pub(crate) set: Arc<SketchSet<Sample>>,
     /// Events with sequence numbers below this are in `set` (as stored or replayed).
     pub(super) log_pos: u64,
     pub(super) dirty: bool,
     pub(super) last_used: u64,
 }
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub(crate) struct TagDict {
     pub(super) by_name: HashMap<String, u32>,
     /// field -> value -> id, so ingest looks a tag up without building its name.
@@ -56,11 +59,12 @@ impl TagDict {
         id
     }
 
-    /// The id of tag `field:value`, interning it if new.
-    pub(super) fn intern_pair(&mut self, field: &str, value: &str) -> u32 {
-        match self.by_pair.get(field).and_then(|values| values.get(value)) {
+    /// The id of tag `field:value`, interning it if new. The dictionary is copied only if it
+    /// is new and a snapshot shares the dictionary.
+    pub(super) fn intern_pair(dict: &mut Arc<TagDict>, field: &str, value: &str) -> u32 {
+        match dict.by_pair.get(field).and_then(|values| values.get(value)) {
             Some(&id) => id,
-            None => self.intern(&format!("{field}:{value}")),
+            None => Arc::make_mut(dict).intern(&format!("{field}:{value}")),
         }
     }
 
@@ -93,7 +97,8 @@ impl State {
     }
 }
 pub(crate) struct State {
-    pub(crate) tags: TagDict,
+    /// Shared with the published snapshot (copy on write, like the sets).
+    pub(crate) tags: Arc<TagDict>,
     pub(super) next_seq: u64,
     /// Events ingested but not yet in the log: full blocks whose early write failed (the next
     /// flush retries them), and the block being filled.
@@ -104,14 +109,13 @@ pub(crate) struct State {
     pub(super) unindexed: Vec<log::BlockInfo>,
     pub(super) open_block: log::BlockBuilder,
     pub(crate) sets: FxHashMap<(u32, i64), Active>,
-    pub(crate) all_time: ScalableBloom,
+    pub(crate) all_time: Arc<ScalableBloom>,
     pub(super) all_time_pos: u64,
     pub(super) checkpoint_pos: u64,
     pub(super) since_checkpoint: u64,
     pub(super) clock: u64,
     /// Per (tag, bucket): the clock value of its last change, for cache validation.
-    pub(crate) modified: FxHashMap<(u32, i64), u64>,
-    pub(crate) cache: ops::Cache,
+    pub(crate) modified: Arc<FxHashMap<(u32, i64), u64>>,
     /// A background checkpoint that failed inside `ingest_batch`, reported by the next flush.
     pub(super) deferred_error: Option<String>,
     /// The newest event time seen (retention is measured against it).

@@ -1,0 +1,519 @@
+//! Snapshots: the consistent state readers see, published by the writer, read without its lock.
+//!
+//! Owns: [`View`] (what a publication holds), publishing it, taking a [`Snapshot`] of it, and
+//! reading the log as a view saw it. Must not: change the writer's state beyond publishing (the
+//! typed reads themselves are `ops`).
+//!
+//! The writer publishes after every checkpoint (an import's commit is one), every opening, and
+//! every flush that follows a snapshot (so a writer nobody reads never copies); a reader that finds
+//! unpublished changes publishes them itself if the writer is idle (so a thread reads its own
+//! writes), and otherwise reads the last publication instead of waiting for the writer's
+//! parsing, hashing, log writing or fsync. A publication costs one pointer per set held for
+//! ingest: sets, the tag dictionary and the all-time filter are shared with the writer until it
+//! next changes them, when it copies them (`Arc::make_mut`).
+//!
+//! Sets a view does not hold are read from disk. A checkpoint may since have rewritten one
+//! with events the view does not include; its stored log position then lies past the view's
+//! end, and the read fails with [`Stale`]: the statement is run again on a fresh view (taken
+//! under the writer's lock, so it is newer than that checkpoint).
+
+use super::error::{Result, StoreError};
+use super::log::{self, BlockInfo, LogEvent};
+use super::state::{State, TagDict};
+use super::{keys, model::Sample, Store};
+use crate::sketch::{ScalableBloom, SketchSet};
+use rustc_hash::FxHashMap;
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, TryLockError};
+
+/// One publication of the writer's state.
+pub(crate) struct View {
+    /// The writer's clock when published: every change a view includes was made at or before it.
+    pub(crate) clock: u64,
+    pub(crate) tags: Arc<TagDict>,
+    /// The sets held for ingest when published.
+    pub(crate) sets: FxHashMap<(u32, i64), Arc<SketchSet<Sample>>>,
+    /// Per (tag, bucket), the clock of its last change (for cached merges).
+    pub(crate) modified: Arc<FxHashMap<(u32, i64), u64>>,
+    pub(crate) all_time: Arc<ScalableBloom>,
+    /// Events below this sequence number are visible; none at or past it.
+    pub(crate) end_seq: u64,
+    /// Blocks written under their `L` keys whose `I` entries were still to come.
+    unindexed: Vec<BlockInfo>,
+    /// Events not yet on disk when published: sealed blocks and the open one, as raw bodies.
+    pending: Vec<(BlockInfo, Arc<Vec<u8>>)>,
+    pub(crate) log_retained_from: Option<i64>,
+}
+
+/// One consistent state of a store to read: every statement of the query engine reads one.
+/// Cheap to take and to hold (it shares what it reads with the writer); holding one never
+/// blocks ingest, but keeps the sets it shares in memory until dropped.
+pub struct Snapshot<'s> {
+    pub(crate) store: &'s Store,
+    pub(crate) view: Arc<View>,
+}
+
+/// How many times a statement is run again on a fresh view before giving up (each retry
+/// follows a checkpoint that rewrote a set the statement read; two in a row are already rare).
+pub(crate) const STALE_RETRIES: usize = 4;
+
+thread_local! {
+    /// Per thread, the store (by [`Store`]'s `id`) it last ingested into and how far: a
+    /// snapshot taken by that thread waits for the writer rather than miss its own events.
+    static LAST_WRITE: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+}
+
+/// A number unique to each [`Store`] handle of this process.
+pub(crate) fn next_store_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+impl Store {
+    /// What the writer's state holds now, as a view; the sets, dictionary and filter are
+    /// shared, the unwritten log blocks copied.
+    pub(super) fn view_of(st: &State) -> View {
+        let mut pending = Vec::with_capacity(st.sealed.len() + 1);
+        for block in st.sealed.iter().chain(Some(&st.open_block)) {
+            if !block.is_empty() {
+                let (info, body) = block.pending();
+                pending.push((info, Arc::new(body)));
+            }
+        }
+        View {
+            clock: st.clock,
+            tags: Arc::clone(&st.tags),
+            sets: st
+                .sets
+                .iter()
+                .map(|(&k, a)| (k, Arc::clone(&a.set)))
+                .collect(),
+            modified: Arc::clone(&st.modified),
+            all_time: Arc::clone(&st.all_time),
+            end_seq: st.next_seq,
+            unindexed: st.unindexed.clone(),
+            pending,
+            log_retained_from: st.log_retained_from,
+        }
+    }
+
+    /// Publishes the writer's state. Nothing of an import before its commit is published: a
+    /// reader sees the store as it was.
+    pub(super) fn publish(&self, st: &State) {
+        if st.importing || st.broken.is_some() {
+            return;
+        }
+        let view = Arc::new(Self::view_of(st));
+        // Cleared before the swap: a change made after it sets the flag again.
+        self.unpublished.store(false, Ordering::Release);
+        self.readers.store(false, Ordering::Release);
+        match self.view.write() {
+            Ok(mut v) => *v = view,
+            Err(poisoned) => *poisoned.into_inner() = view,
+        }
+    }
+
+    /// Notes that the writer's state changed after the last publication, and how far this
+    /// thread wrote (see [`LAST_WRITE`]).
+    pub(super) fn changed(&self, st: &State) {
+        self.unpublished.store(true, Ordering::Release);
+        let _ = LAST_WRITE.try_with(|w| w.set((self.id, st.next_seq)));
+    }
+
+    fn published(&self) -> Arc<View> {
+        match self.view.read() {
+            Ok(v) => Arc::clone(&v),
+            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+        }
+    }
+
+    /// A snapshot of the latest published state, for reads. If the writer has changes it has
+    /// not published and is idle, they are published first; if it is busy, the last
+    /// publication is read instead of waiting, unless this thread wrote some of those changes
+    /// itself (it then waits for the writer, to read its own writes).
+    pub fn snapshot(&self) -> Result<Snapshot<'_>> {
+        self.check_usable()?;
+        self.readers.store(true, Ordering::Release);
+        if self.unpublished.load(Ordering::Acquire) {
+            let mine = LAST_WRITE
+                .try_with(|w| w.get())
+                .is_ok_and(|(id, end)| id == self.id && end > self.published().end_seq);
+            let guard = if mine {
+                Some(self.lock()?)
+            } else {
+                match self.state.try_lock() {
+                    Ok(st) => Some(st),
+                    Err(TryLockError::WouldBlock) => None,
+                    Err(TryLockError::Poisoned(_)) => return Err(self.poisoned()),
+                }
+            };
+            if let Some(st) = guard {
+                self.publish(&st);
+            }
+        }
+        Ok(Snapshot {
+            store: self,
+            view: self.published(),
+        })
+    }
+
+    /// A snapshot newer than every write made so far: waits for the writer.
+    pub(crate) fn fresh_snapshot(&self) -> Result<Snapshot<'_>> {
+        let st = self.lock()?;
+        self.publish(&st);
+        drop(st);
+        Ok(Snapshot {
+            store: self,
+            view: self.published(),
+        })
+    }
+
+    /// The last publication without the usability checks, for a session made before any
+    /// statement runs (each statement takes a checked [`Store::snapshot`]).
+    pub(crate) fn last_snapshot(&self) -> Snapshot<'_> {
+        Snapshot {
+            store: self,
+            view: self.published(),
+        }
+    }
+
+    /// Runs `read` on a snapshot; if it read a set rewritten since (see the module docs), runs
+    /// it again on a fresh one. `read` may run more than once: it must only read.
+    pub fn read<T>(&self, mut read: impl FnMut(&Snapshot<'_>) -> Result<T>) -> Result<T> {
+        let mut snap = self.snapshot()?;
+        for _ in 0..STALE_RETRIES {
+            match read(&snap) {
+                Err(StoreError::Stale) => snap = self.fresh_snapshot()?,
+                other => return other,
+            }
+        }
+        read(&snap).map_err(|e| match e {
+            StoreError::Stale => StoreError::Query(format!(
+                "{} checkpoints in a row rewrote what this query read; ask again",
+                STALE_RETRIES + 1
+            )),
+            e => e,
+        })
+    }
+
+    /// Every block of the log a view includes, in order, calling `each` for every event of the
+    /// blocks `wanted` accepts (events past the view's end are not passed). `stop` is asked
+    /// before each block; `Ok(false)` when it ended the walk.
+    pub(super) fn for_each_block_in(
+        &self,
+        view: &View,
+        wanted: impl Fn(&BlockInfo) -> bool,
+        stop: &dyn Fn() -> bool,
+        mut each: impl FnMut(&LogEvent<'_>),
+    ) -> Result<bool> {
+        let disk_end = view
+            .pending
+            .first()
+            .map_or(view.end_seq, |(i, _)| i.first_seq);
+        let mut on_disk = |ev: &LogEvent<'_>| {
+            if ev.seq < disk_end {
+                each(ev);
+            }
+        };
+        // A block the view had unindexed may have been indexed since, before or during the
+        // walk: those the walk met are not read again below.
+        let seen = std::cell::RefCell::new(Vec::new());
+        let finished = self.for_each_block(
+            |info| {
+                if info.first_seq >= disk_end {
+                    return false;
+                }
+                seen.borrow_mut().push(info.first_seq);
+                wanted(info)
+            },
+            stop,
+            &mut on_disk,
+        )?;
+        if !finished {
+            return Ok(false);
+        }
+        let seen = seen.into_inner();
+        for info in &view.unindexed {
+            if seen.binary_search(&info.first_seq).is_ok() || !wanted(info) {
+                continue;
+            }
+            if stop() {
+                return Ok(false);
+            }
+            let block = self
+                .engine
+                .get(&keys::log(info.first_seq))?
+                .ok_or(StoreError::Stale)?;
+            log::decode_block(&block, &mut on_disk).map_err(|detail| StoreError::DamagedLog {
+                name: format!("log block at event {}", info.first_seq),
+                detail,
+            })?;
+        }
+        for (info, body) in &view.pending {
+            if !wanted(info) {
+                continue;
+            }
+            if stop() {
+                return Ok(false);
+            }
+            log::decode_pending(*info, body, &mut each).map_err(|detail| {
+                StoreError::DamagedLog {
+                    name: format!("unwritten log block at event {}", info.first_seq),
+                    detail,
+                }
+            })?;
+        }
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::store::test_support::*;
+    use crate::store::*;
+    use std::sync::mpsc;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    fn whole_count(s: &Snapshot<'_>) -> u64 {
+        s.count(&Slice::Whole, &TimeRange::all()).expect("count").0
+    }
+
+    /// A snapshot keeps reading the state it was taken of, sets, log and filter alike, while
+    /// the writer goes on; a new one sees the writes.
+    #[test]
+    fn a_snapshot_reads_one_state_while_the_writer_goes_on() {
+        let dir = tempdir("snap-state");
+        let store = Store::create(&dir, config()).expect("create");
+        store.ingest_batch(&events(0, 1_000)).expect("ingest");
+        store.flush().expect("flush");
+        let before = store.snapshot().expect("snapshot");
+        store.ingest_batch(&events(1_000, 500)).expect("ingest");
+        store.flush().expect("flush");
+        store.checkpoint().expect("checkpoint");
+        let late = wallet_address_of(1_200);
+        assert_eq!(whole_count(&before), 1_000);
+        assert_eq!(
+            before
+                .events(&Slice::Whole, &TimeRange::all())
+                .expect("scan")
+                .len(),
+            1_000,
+            "the scan stops where the snapshot ends"
+        );
+        let seen = before
+            .membership(&Slice::Whole, &TimeRange::all(), &late)
+            .expect("seen");
+        assert!(
+            !seen.maybe,
+            "an item ingested after the snapshot is not in it"
+        );
+        let after = store.snapshot().expect("snapshot");
+        assert_eq!(whole_count(&after), 1_500);
+        assert_eq!(
+            after
+                .events(&Slice::Whole, &TimeRange::all())
+                .expect("scan")
+                .len(),
+            1_500
+        );
+        assert!(
+            after
+                .membership(&Slice::Whole, &TimeRange::all(), &late)
+                .expect("seen")
+                .maybe
+        );
+        drop((before, after));
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn wallet_address_of(i: u64) -> String {
+        events(i, 1)[0].item.clone()
+    }
+
+    /// Events still in the open block (ingested, not flushed) are read from the snapshot's own
+    /// copy, exactly once, however the log is written afterwards.
+    #[test]
+    fn unwritten_events_are_scanned_once_whatever_is_written_after() {
+        let dir = tempdir("snap-pending");
+        let store = Store::create(&dir, config()).expect("create");
+        // Three full blocks written early but not indexed, and a part-filled open block.
+        let n = 3 * log::BLOCK_EVENTS as u64 + 123;
+        store.ingest_batch(&events(0, n)).expect("ingest");
+        let snap = store.snapshot().expect("snapshot");
+        let count = |s: &Snapshot<'_>| {
+            s.scan(&Slice::Whole, &TimeRange::all(), |_| {})
+                .expect("scan")
+        };
+        assert_eq!(count(&snap), n);
+        // The writer indexes the early blocks and writes the open one, then goes on.
+        store.flush().expect("flush");
+        assert_eq!(count(&snap), n, "after the flush");
+        store.ingest_batch(&events(n, 5_000)).expect("ingest");
+        store.flush().expect("flush");
+        assert_eq!(count(&snap), n, "after more was written");
+        let mut seqs = Vec::new();
+        snap.scan(&Slice::Whole, &TimeRange::all(), |ev| seqs.push(ev.seq))
+            .expect("scan");
+        assert!(seqs.iter().enumerate().all(|(i, &s)| s == i as u64));
+        assert_eq!(count(&store.snapshot().expect("snapshot")), n + 5_000);
+        drop(snap);
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A set the snapshot did not hold, rewritten by a checkpoint since, is not read as if it
+    /// were the snapshot's: the read is stale, and the store's own read retries on a fresh one.
+    #[test]
+    fn a_set_rewritten_after_the_snapshot_is_stale_and_the_store_retries() {
+        let dir = tempdir("snap-stale");
+        let store = Store::create(&dir, config()).expect("create");
+        store.ingest_batch(&events(0, 100)).expect("ingest");
+        drop(store);
+        // Opened again, the store holds no set in memory: the snapshot reads them from disk.
+        let store = Store::open(&dir).expect("open");
+        let snap = store.snapshot().expect("snapshot");
+        assert!(snap.view.sets.is_empty());
+        assert_eq!(whole_count(&snap), 100);
+        store.ingest_batch(&events(100, 50)).expect("ingest");
+        store.checkpoint().expect("checkpoint");
+        let r = snap.count(&Slice::Whole, &TimeRange::all());
+        assert!(matches!(r, Err(StoreError::Stale)), "{r:?}");
+        let r = snap.merged_hll(&Slice::Whole, &TimeRange::all());
+        assert!(matches!(r, Err(StoreError::Stale)), "{r:?}");
+        assert_eq!(
+            store
+                .count(&Slice::Whole, &TimeRange::all())
+                .expect("count")
+                .0,
+            150
+        );
+        drop(snap);
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Readers do not wait for the writer: while an import holds the writer's lock (here,
+    /// parked inside its closure), other threads query the last published state.
+    #[test]
+    fn readers_answer_while_the_writer_holds_the_store() {
+        let dir = tempdir("snap-nowait");
+        let store = Arc::new(Store::create(&dir, config()).expect("create"));
+        store.ingest_batch(&events(0, 300)).expect("ingest");
+        store.flush().expect("flush");
+        let (parked_tx, parked_rx) = mpsc::channel();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let writer = {
+            let store = Arc::clone(&store);
+            std::thread::spawn(move || {
+                store.import(|imp| {
+                    imp.ingest_batch(&events(300, 200))?;
+                    let _ = parked_tx.send(());
+                    let _ = go_rx.recv_timeout(Duration::from_secs(60));
+                    Ok::<_, StoreError>(())
+                })
+            })
+        };
+        parked_rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the import started");
+        let start = Instant::now();
+        let (n, _) = store
+            .count(&Slice::Whole, &TimeRange::all())
+            .expect("count");
+        let hll = store
+            .merged_hll(&Slice::Whole, &TimeRange::all())
+            .expect("distinct")
+            .sketch
+            .expect("an hll");
+        let scanned = store
+            .scan(&Slice::Whole, &TimeRange::all(), |_| {})
+            .expect("scan");
+        // Generous for a loaded machine: a waiting reader would wait the full 60 s.
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{:?}",
+            start.elapsed()
+        );
+        assert_eq!(
+            (n, scanned),
+            (300, 300),
+            "the import is not visible before its commit"
+        );
+        // 300 distinct wallets: the sparse HLL is within a few of them, far from 500.
+        let distinct = crate::sketch::Sketch::estimate(&hll).value;
+        assert!((distinct - 300.0).abs() < 10.0, "{distinct}");
+        go_tx.send(()).expect("release the import");
+        writer.join().expect("writer").expect("import");
+        assert_eq!(
+            store
+                .count(&Slice::Whole, &TimeRange::all())
+                .expect("count")
+                .0,
+            500
+        );
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Re-entrant use: a scan holds no lock, so its callback may query and even ingest; a
+    /// query from inside an import reads the state before the import; an ingest from inside an
+    /// import on the same thread is refused rather than waiting for itself.
+    #[test]
+    fn calls_from_a_scan_callback_and_from_inside_an_import() {
+        let dir = tempdir("snap-reentry");
+        let store = Store::create(&dir, config()).expect("create");
+        store.ingest_batch(&events(0, 10)).expect("ingest");
+        let mut inner_counts = Vec::new();
+        let mut ingested = 0;
+        store
+            .scan(&Slice::Whole, &TimeRange::all(), |ev| {
+                inner_counts.push(
+                    store
+                        .count(&Slice::Whole, &TimeRange::all())
+                        .expect("count inside a scan")
+                        .0,
+                );
+                store
+                    .ingest(&events(100 + ev.seq, 1)[0])
+                    .expect("ingest inside a scan");
+                ingested += 1;
+            })
+            .expect("scan");
+        assert_eq!(ingested, 10, "the scan saw its own snapshot only");
+        assert_eq!(inner_counts.first(), Some(&10));
+        assert_eq!(
+            inner_counts.last(),
+            Some(&19),
+            "each query sees the writes before it"
+        );
+        let inside = store
+            .import(|imp| {
+                imp.ingest_batch(&events(500, 7))?;
+                let seen = store.count(&Slice::Whole, &TimeRange::all())?.0;
+                let refused = store.ingest(&events(600, 1)[0]);
+                Ok::<_, StoreError>((seen, refused))
+            })
+            .expect("import");
+        assert_eq!(
+            inside.0, 20,
+            "the import's own events are not visible before its commit"
+        );
+        assert!(
+            matches!(inside.1, Err(StoreError::InsideImport { .. })),
+            "{:?}",
+            inside.1
+        );
+        assert_eq!(
+            store
+                .count(&Slice::Whole, &TimeRange::all())
+                .expect("count")
+                .0,
+            27
+        );
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
