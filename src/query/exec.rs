@@ -275,7 +275,7 @@ impl<'s> Session<'s> {
         for _ in 0..crate::store::STALE_RETRIES {
             match self.run_on_snapshot(plan) {
                 Err(QueryError::Store(StoreError::Stale)) => {
-                    self.snap = self.store.fresh_snapshot()?;
+                    self.snap = self.store.newer_snapshot(&self.snap)?;
                 }
                 other => return other,
             }

@@ -155,8 +155,12 @@ impl Store {
             Ok(fresh)
         });
         let reason = match reread {
-            Ok(fresh) if fresh.next_seq == durable => {
+            Ok(mut fresh) if fresh.next_seq == durable => {
+                // The clock goes on (cached merges are dated by it), and merges the import's
+                // changes made are dropped with them.
+                fresh.clock = st.clock + 1;
                 *st = fresh;
+                self.clear_cache();
                 return Ok(());
             }
             Ok(fresh) => format!(

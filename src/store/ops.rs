@@ -152,8 +152,8 @@ impl Cached {
     }
 }
 
-/// (family, tag, range start, range end).
-type CacheKey = (CacheKind, u32, Option<i64>, Option<i64>);
+/// (family, tag, range start, range end, whether the merge leaves out the newest bucket).
+type CacheKey = (CacheKind, u32, Option<i64>, Option<i64>, bool);
 
 struct CacheEntry {
     buckets: Vec<i64>,
@@ -387,13 +387,45 @@ impl Snapshot<'_> {
         range.check()?;
         let tag = self.tag_id(slice)?;
         let buckets = self.buckets_of(tag, range)?;
-        let key = (S::CACHE, tag, range.start, range.end);
+        let key = (S::CACHE, tag, range.start, range.end, false);
         if let Some(hit) = self.store.cached::<S>(&key, &buckets, &self.view) {
             return Ok(hit);
         }
-        let mut acc: Option<S> = None;
-        let mut bytes = 0;
-        for &b in &buckets {
+        // Ingest changes the newest bucket: the merge of the others is kept apart, so that
+        // each batch costs one merge, not one per bucket of the range.
+        let (older, newest) = buckets.split_at(buckets.len().saturating_sub(1));
+        let older_key = (S::CACHE, tag, range.start, range.end, true);
+        let (mut acc, mut bytes) = match self.store.cached::<S>(&older_key, older, &self.view) {
+            Some(hit) => (hit.sketch, hit.bytes),
+            None => {
+                let (acc, bytes) = self.merge_parts::<S>(tag, older, None, 0)?;
+                if let Some(s) = &acc {
+                    self.store
+                        .cache_merge(older_key, older, &self.view, s, bytes);
+                }
+                (acc, bytes)
+            }
+        };
+        (acc, bytes) = self.merge_parts(tag, newest, acc, bytes)?;
+        if let Some(s) = &acc {
+            self.store.cache_merge(key, &buckets, &self.view, s, bytes);
+        }
+        Ok(Merged {
+            sketch: acc,
+            buckets: buckets.len(),
+            bytes,
+        })
+    }
+
+    /// `acc` (holding `bytes` bytes read) merged with the parts of `buckets`.
+    fn merge_parts<S: Mergeable>(
+        &self,
+        tag: u32,
+        buckets: &[i64],
+        mut acc: Option<S>,
+        mut bytes: usize,
+    ) -> Result<(Option<S>, usize)> {
+        for &b in buckets {
             let Some(s) = self.part::<S>(tag, b)? else {
                 continue;
             };
@@ -406,14 +438,7 @@ impl Snapshot<'_> {
                 })?,
             }
         }
-        if let Some(s) = &acc {
-            self.store.cache_merge(key, &buckets, &self.view, s, bytes);
-        }
-        Ok(Merged {
-            sketch: acc,
-            buckets: buckets.len(),
-            bytes,
-        })
+        Ok((acc, bytes))
     }
 
     /// The HyperLogLog of a slice merged over the range.

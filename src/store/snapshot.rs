@@ -14,8 +14,8 @@
 //!
 //! Sets a view does not hold are read from disk. A checkpoint may since have rewritten one
 //! with events the view does not include; its stored log position then lies past the view's
-//! end, and the read fails with [`Stale`]: the statement is run again on a fresh view (taken
-//! under the writer's lock, so it is newer than that checkpoint).
+//! end, and the read fails with [`StoreError::Stale`]: the statement is run again on the
+//! next publication, which that checkpoint makes as it ends.
 
 use super::error::{Result, StoreError};
 use super::log::{self, BlockInfo, LogEvent};
@@ -29,6 +29,8 @@ use std::sync::{Arc, TryLockError};
 
 /// One publication of the writer's state.
 pub(crate) struct View {
+    /// Counts publications: a later one has a larger number.
+    pub(crate) generation: u64,
     /// The writer's clock when published: every change a view includes was made at or before it.
     pub(crate) clock: u64,
     pub(crate) tags: Arc<TagDict>,
@@ -58,6 +60,9 @@ pub struct Snapshot<'s> {
 /// follows a checkpoint that rewrote a set the statement read; two in a row are already rare).
 pub(crate) const STALE_RETRIES: usize = 4;
 
+/// How long a stale read waits for the next publication before it waits for the writer.
+const NEWER_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 thread_local! {
     /// Per thread, the store (by [`Store`]'s `id`) it last ingested into and how far: a
     /// snapshot taken by that thread waits for the writer rather than miss its own events.
@@ -82,6 +87,7 @@ impl Store {
             }
         }
         View {
+            generation: 0,
             clock: st.clock,
             tags: Arc::clone(&st.tags),
             sets: st
@@ -104,13 +110,24 @@ impl Store {
         if st.importing || st.broken.is_some() {
             return;
         }
-        let view = Arc::new(Self::view_of(st));
+        let mut view = Self::view_of(st);
+        view.generation = self.published().generation + 1;
+        let view = Arc::new(view);
         // Cleared before the swap: a change made after it sets the flag again.
         self.unpublished.store(false, Ordering::Release);
         self.readers.store(false, Ordering::Release);
         match self.view.write() {
             Ok(mut v) => *v = view,
             Err(poisoned) => *poisoned.into_inner() = view,
+        }
+    }
+
+    /// Forgets every cached merge (after the writer's state was replaced).
+    pub(super) fn clear_cache(&self) {
+        let budget = self.config.cache_bytes;
+        match self.cache.lock() {
+            Ok(mut c) => *c = super::ops::Cache::new(budget),
+            Err(poisoned) => *poisoned.into_inner() = super::ops::Cache::new(budget),
         }
     }
 
@@ -136,20 +153,30 @@ impl Store {
         self.check_usable()?;
         self.readers.store(true, Ordering::Release);
         if self.unpublished.load(Ordering::Acquire) {
+            // How far this thread wrote, if it wrote here and that is not published yet.
             let mine = LAST_WRITE
                 .try_with(|w| w.get())
-                .is_ok_and(|(id, end)| id == self.id && end > self.published().end_seq);
-            let guard = if mine {
-                Some(self.lock()?)
-            } else {
+                .ok()
+                .filter(|&(id, _)| id == self.id)
+                .map(|(_, end)| end);
+            loop {
                 match self.state.try_lock() {
-                    Ok(st) => Some(st),
-                    Err(TryLockError::WouldBlock) => None,
+                    Ok(st) => {
+                        self.publish(&st);
+                        break;
+                    }
                     Err(TryLockError::Poisoned(_)) => return Err(self.poisoned()),
+                    Err(TryLockError::WouldBlock) => {}
                 }
-            };
-            if let Some(st) = guard {
-                self.publish(&st);
+                // The writer is busy. Others read the last publication; a thread whose own
+                // writes it lacks waits for the next one, which the writer makes at its next
+                // flush or checkpoint (an import makes one as it starts), not for the writer
+                // to finish.
+                if mine.is_none_or(|end| end <= self.published().end_seq) {
+                    break;
+                }
+                self.check_usable()?;
+                std::thread::sleep(std::time::Duration::from_micros(200));
             }
         }
         Ok(Snapshot {
@@ -158,15 +185,43 @@ impl Store {
         })
     }
 
-    /// A snapshot newer than every write made so far: waits for the writer.
-    pub(crate) fn fresh_snapshot(&self) -> Result<Snapshot<'_>> {
-        let st = self.lock()?;
-        self.publish(&st);
-        drop(st);
-        Ok(Snapshot {
-            store: self,
-            view: self.published(),
-        })
+    /// A snapshot published after `than`, for a read that found `than` stale: the checkpoint
+    /// that made it stale publishes as it ends, so this waits for that, not for whatever the
+    /// writer does next (an import can hold the writer for minutes). Publishes itself if the
+    /// writer is idle. Past [`NEWER_WAIT`], takes the writer's lock.
+    pub(crate) fn newer_snapshot(&self, than: &Snapshot<'_>) -> Result<Snapshot<'_>> {
+        let start = std::time::Instant::now();
+        loop {
+            // So that the writer's next flush publishes, too.
+            self.readers.store(true, Ordering::Release);
+            let view = self.published();
+            if view.generation > than.view.generation {
+                return Ok(Snapshot { store: self, view });
+            }
+            match self.state.try_lock() {
+                Ok(st) => {
+                    self.publish(&st);
+                    drop(st);
+                    // Not while importing (nothing of an import is published): wait then.
+                    if self.published().generation > than.view.generation {
+                        continue;
+                    }
+                }
+                Err(TryLockError::Poisoned(_)) => return Err(self.poisoned()),
+                Err(TryLockError::WouldBlock) => {}
+            }
+            if start.elapsed() > NEWER_WAIT {
+                let st = self.lock()?;
+                self.publish(&st);
+                drop(st);
+                return Ok(Snapshot {
+                    store: self,
+                    view: self.published(),
+                });
+            }
+            self.check_usable()?;
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
     }
 
     /// The last publication without the usability checks, for a session made before any
@@ -184,7 +239,7 @@ impl Store {
         let mut snap = self.snapshot()?;
         for _ in 0..STALE_RETRIES {
             match read(&snap) {
-                Err(StoreError::Stale) => snap = self.fresh_snapshot()?,
+                Err(StoreError::Stale) => snap = self.newer_snapshot(&snap)?,
                 other => return other,
             }
         }
