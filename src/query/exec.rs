@@ -74,6 +74,14 @@ impl RawLog for StoreLog<'_> {
             .map(|(n, _)| n)
             .map_err(|e| e.to_string())
     }
+    fn imported(&self, slices: &[Slice], range: &TimeRange) -> Result<usize, String> {
+        slices.iter().try_fold(0, |n, s| {
+            self.store
+                .imported_sets(s, range)
+                .map(|m| n + m)
+                .map_err(|e| e.to_string())
+        })
+    }
 }
 
 /// A conversation with a store: the clock (`SET NOW`), fallback options, the random source
@@ -629,6 +637,16 @@ impl<'s> Session<'s> {
                 }
             }
         };
+        if plan.imported > 0 {
+            // The raw events lack the imported items: no exact fallback may replace this.
+            let n = plan.imported;
+            return Ok(approx.note(format!(
+                "includes sketches imported from DataSketches images into {} of the range; \
+                 COUNT, SEEN, TOP and SAMPLE know nothing of their items, nor does an exact \
+                 answer from the raw events",
+                if n == 1 { "a set".to_string() } else { format!("{n} sets") }
+            )));
+        }
         self.maybe_fallback(plan, approx, |s| s.exact_distinct(plan))
     }
 

@@ -92,6 +92,9 @@ pub struct Plan {
     pub recount: Option<Result<u64, String>>,
     /// The planner's choices in words, for `EXPLAIN`.
     pub reasons: Vec<String>,
+    /// For `DISTINCT`: how many sets read hold sketches imported from DataSketches images.
+    /// Their items are not in the raw log, so such a plan never answers from it.
+    pub imported: usize,
 }
 
 impl Plan {
@@ -136,6 +139,9 @@ pub trait RawLog {
     fn retained_from(&self) -> Option<i64>;
     /// How many events a scan of `range` reads (those of every bucket it overlaps).
     fn scan_size(&self, range: &TimeRange) -> Result<u64, String>;
+    /// How many sets of `slices` in buckets overlapping `range` hold sketches imported from
+    /// DataSketches images: their items are in those sets' HLL and Theta, not in the raw log.
+    fn imported(&self, slices: &[Slice], range: &TimeRange) -> Result<usize, String>;
 }
 
 /// What a plan depends on besides the statement.
@@ -166,6 +172,9 @@ impl RawLog for KeepsAll {
     fn scan_size(&self, _: &TimeRange) -> Result<u64, String> {
         Ok(0)
     }
+    fn imported(&self, _: &[Slice], _: &TimeRange) -> Result<usize, String> {
+        Ok(0)
+    }
 }
 
 /// A question the planner will not answer the way it was asked.
@@ -174,6 +183,31 @@ impl RawLog for KeepsAll {
 pub struct Refusal {
     pub reason: String,
     pub instead: String,
+}
+
+/// The slices a plan of `shape` reads sketches of: an expression's tags, and the whole stream
+/// (which NOT subtracts from).
+fn slices_read(shape: &Shape) -> Vec<Slice> {
+    fn tags(e: &SetExpr, out: &mut Vec<Slice>) {
+        match e {
+            SetExpr::Tag { field, value } => out.push(Slice::tag(field, value)),
+            SetExpr::Or(v) | SetExpr::And(v) => v.iter().for_each(|e| tags(e, out)),
+            SetExpr::Except(a, rest) => {
+                tags(a, out);
+                rest.iter().for_each(|e| tags(e, out));
+            }
+            SetExpr::Not(a) => tags(a, out),
+        }
+    }
+    match shape {
+        Shape::Whole => vec![Slice::Whole],
+        Shape::Union(v) => v.clone(),
+        Shape::Expr(e) => {
+            let mut out = vec![Slice::Whole];
+            tags(e, &mut out);
+            out
+        }
+    }
 }
 
 fn shape_of(set: &Option<SetExpr>) -> Shape {
@@ -689,14 +723,37 @@ fn plan_inner(statement: &Statement, ctx: &Context<'_>, advise: bool) -> Result<
         fit: RangeFit::Whole,
         recount: None,
         reasons: Vec::new(),
+        imported: 0,
     };
     if method == Method::Meta {
         return Ok(plan);
     }
+    if let Statement::Distinct { .. } = inner {
+        // Unknown counts as present: the raw log must not answer alone when it may lack items.
+        plan.imported = ctx
+            .raw
+            .imported(&slices_read(&plan.shape), &time)
+            .unwrap_or(1);
+    }
+    let imported_why = (plan.imported > 0).then(|| {
+        let n = plan.imported;
+        format!(
+            "{} in {} hold{} sketches imported from DataSketches images, whose items are not in the raw events",
+            if n == 1 { "a set".to_string() } else { format!("{n} sets") },
+            plan.range_label,
+            if n == 1 { "s" } else { "" }
+        )
+    });
     let cuts = !on_grid(time.start, width) || !on_grid(time.end, width);
     let asked_label = plan.range_label.clone();
     let cut_words = || format!("the range {asked_label} cuts {}", cut_buckets(&time, width));
     if exact {
+        if let Some(why) = imported_why {
+            return Err(Refusal {
+                reason: format!("{why}, so EXACT from the raw events would leave them out"),
+                instead: inner.to_string(),
+            });
+        }
         // Asked for: the raw events answer whatever the budget, if they are there.
         if !ctx.raw.retained(&time) {
             let why = may_scan(ctx, &time).err().unwrap_or_default();
@@ -759,8 +816,17 @@ fn plan_inner(statement: &Statement, ctx: &Context<'_>, advise: bool) -> Result<
             )),
         };
     }
+    if let Some(why) = &imported_why {
+        plan.reasons.push(format!(
+            "{why}: the sketches answer, with them, and no exact answer from the raw events replaces theirs"
+        ));
+    }
     if cuts {
-        match may_scan(ctx, &time) {
+        let scan = match &imported_why {
+            Some(why) => Err(why.clone()),
+            None => may_scan(ctx, &time),
+        };
+        match scan {
             Ok(n) => {
                 plan.method = if method == Method::Reservoir {
                     Method::ScanSample

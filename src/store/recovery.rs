@@ -179,6 +179,14 @@ impl Store {
             },
         };
 
+        let mut imported = BTreeSet::new();
+        for entry in engine.prefix(&[keys::IMPORTED]) {
+            let (k, _) = entry?;
+            if let Some(set) = keys::parse_imported(&k) {
+                imported.insert(set);
+            }
+        }
+
         let last_block = engine.last_in(&[keys::INDEX], &[keys::INDEX + 1])?;
         let next_seq = match last_block {
             Some((_, v)) => log::BlockInfo::decode(&v)
@@ -215,6 +223,7 @@ impl Store {
             stale_staged: BTreeSet::new(),
             import_failed: None,
             broken: None,
+            imported,
             acked: None,
         };
         Ok((config, state))

@@ -133,6 +133,9 @@ pub(crate) struct State {
     /// Why this state can no longer be trusted (a rollback failed): every call then fails with
     /// [`StoreError::MustReopen`], and nothing more is written.
     pub(super) broken: Option<String>,
+    /// The sets holding sketches imported from DataSketches images (an `X` key each): items
+    /// the raw log, Bloom filters, Count-Min and the exact counts know nothing of.
+    pub(crate) imported: BTreeSet<(u32, i64)>,
     /// What the acknowledgement record holds, as far as this process knows (`None`: unknown or
     /// none), so a flush with nothing new does not rewrite it.
     pub(super) acked: Option<super::ack::Ack>,
