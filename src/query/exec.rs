@@ -644,7 +644,11 @@ impl<'s> Session<'s> {
                 "includes sketches imported from DataSketches images into {} of the range; \
                  COUNT, SEEN, TOP and SAMPLE know nothing of their items, nor does an exact \
                  answer from the raw events",
-                if n == 1 { "a set".to_string() } else { format!("{n} sets") }
+                if n == 1 {
+                    "a set".to_string()
+                } else {
+                    format!("{n} sets")
+                }
             )));
         }
         self.maybe_fallback(plan, approx, |s| s.exact_distinct(plan))

@@ -955,6 +955,8 @@ mod tests {
     struct Log {
         from: Option<i64>,
         size: u64,
+        /// Sets with imported sketches in any range asked about.
+        imported: usize,
     }
 
     impl RawLog for Log {
@@ -966,6 +968,9 @@ mod tests {
         }
         fn scan_size(&self, _: &TimeRange) -> Result<u64, String> {
             Ok(self.size)
+        }
+        fn imported(&self, _: &[Slice], _: &TimeRange) -> Result<usize, String> {
+            Ok(self.imported)
         }
     }
 
@@ -986,10 +991,53 @@ mod tests {
     }
 
     #[test]
+    fn distinct_over_imported_sketches_is_never_answered_from_the_raw_events() {
+        let log = Log {
+            from: None,
+            size: 10,
+            imported: 2,
+        };
+        let day = BucketWidth::Day;
+        let r = with(&log, day, "EXACT DISTINCT wallets FROM 2025-12-01")
+            .expect_err("the raw events lack the imported items");
+        assert!(
+            r.reason.contains("2 sets") && r.reason.contains("imported"),
+            "{r}"
+        );
+        assert_eq!(r.instead, "DISTINCT wallets FROM 2025-12-01");
+        // A range cutting a bucket is widened to whole buckets instead of scanned.
+        let plan = with(
+            &log,
+            day,
+            "DISTINCT wallets FROM 2025-12-01T05 TO 2025-12-01T07",
+        )
+        .expect("planned");
+        assert_eq!(plan.method, Method::Hll);
+        assert_eq!(plan.imported, 2);
+        assert!(
+            matches!(plan.fit, RangeFit::Widened { .. }),
+            "{:?}",
+            plan.fit
+        );
+        // Without imports the same range is scanned; other questions are not affected.
+        let none = Log { imported: 0, ..log };
+        let plan = with(
+            &none,
+            day,
+            "DISTINCT wallets FROM 2025-12-01T05 TO 2025-12-01T07",
+        )
+        .expect("planned");
+        assert_eq!(plan.method, Method::Scan);
+        let plan = with(&log, day, "COUNT FROM 2025-12-01T05 TO 2025-12-01T07").expect("planned");
+        assert_eq!((plan.method, plan.imported), (Method::Scan, 0));
+    }
+
+    #[test]
     fn a_range_that_cuts_buckets_scans_the_raw_events_or_widens_and_says_why() {
         let kept = Log {
             from: None,
             size: 10,
+            imported: 0,
         };
         let q = "COUNT FROM 2025-12-02T05 TO 2025-12-02T07";
         let p = with(&kept, BucketWidth::Day, q).expect("plan");
@@ -1008,10 +1056,12 @@ mod tests {
         let big = Log {
             from: None,
             size: 1_001,
+            imported: 0,
         };
         let expired = Log {
             from: Some(DAY0 + DAY_MS),
             size: 10,
+            imported: 0,
         };
         for (log, why) in [(&big, "budget"), (&expired, "expired")] {
             let p = with(log, BucketWidth::Day, q).expect("plan");
@@ -1048,6 +1098,7 @@ mod tests {
         let kept = Log {
             from: None,
             size: 10,
+            imported: 0,
         };
         let q = "COUNT 0xabc ON chain:a OR token:t";
         assert_eq!(
@@ -1061,6 +1112,7 @@ mod tests {
         let big = Log {
             from: None,
             size: 1_001,
+            imported: 0,
         };
         let r = with(&big, BucketWidth::Day, q).expect_err("over the budget");
         assert_eq!(
@@ -1074,12 +1126,14 @@ mod tests {
         let kept = Log {
             from: None,
             size: 10,
+            imported: 0,
         };
         let p = with(&kept, BucketWidth::Day, "TOP 5 wallets").expect("plan");
         assert_eq!((p.method, p.recount), (Method::TopK, Some(Ok(10))));
         let big = Log {
             from: None,
             size: 1_001,
+            imported: 0,
         };
         let p = with(&big, BucketWidth::Day, "TOP 5 wallets").expect("plan");
         assert!(matches!(p.recount, Some(Err(ref why)) if why.contains("budget")));
@@ -1091,6 +1145,7 @@ mod tests {
         let log = Log {
             from: Some(DAY0 + 5 * HOUR_MS + 1_800_000),
             size: 10,
+            imported: 0,
         };
         let r = with(
             &log,

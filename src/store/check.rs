@@ -1177,7 +1177,11 @@ from event {}",
                     .hll
                     .as_ref()
                     .map_or(Ok(()), |h| active.set.hll.merge(h))
-                    .and_then(|()| r.theta.as_ref().map_or(Ok(()), |t| active.set.theta.merge(t)));
+                    .and_then(|()| {
+                        r.theta
+                            .as_ref()
+                            .map_or(Ok(()), |t| active.set.theta.merge(t))
+                    });
                 merged.map_err(|source| StoreError::Damaged {
                     name: self.imported_name(&st.tags, tag, bucket),
                     source,

@@ -112,7 +112,11 @@ impl Store {
                 let words = match h.mode {
                     HllMode::List | HllMode::Set => format!(
                         "{width} image in {} mode, {} coupons (lg_k {})",
-                        if h.mode == HllMode::List { "list" } else { "set" },
+                        if h.mode == HllMode::List {
+                            "list"
+                        } else {
+                            "set"
+                        },
                         h.coupons.len(),
                         h.lg_k
                     ),
@@ -216,9 +220,15 @@ impl Store {
         let clock = st.clock;
         let Some(active) = st.sets.get_mut(&key) else {
             undo_tags(&mut st);
-            return Err(StoreError::Query("the set to import into was not loaded".into()));
+            return Err(StoreError::Query(
+                "the set to import into was not loaded".into(),
+            ));
         };
-        let before = (active.set.hll.clone(), active.set.theta.clone(), active.dirty);
+        let before = (
+            active.set.hll.clone(),
+            active.set.theta.clone(),
+            active.dirty,
+        );
         let merged = match &incoming {
             Incoming::Hll(h) => active.set.hll.merge(h),
             Incoming::Theta(t) => active.set.theta.merge(t),
@@ -322,4 +332,219 @@ pub(super) fn decode_imported(bytes: &[u8]) -> std::result::Result<ImportedRecor
         codec::decode(kinds::IMPORTED.blob, bytes).map_err(|e| e.to_string())?;
     r.validate().map_err(|e| e.to_string())?;
     Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gen::wallet_address;
+    use crate::hash::murmur;
+    use crate::sketch::datasketches::{hll_image, theta_image, HllWidth};
+    use crate::store::check::Recovery;
+    use crate::store::test_support::*;
+    use crate::store::FORMAT_VERSION;
+
+    const DAY0: i64 = 1_764_547_200_000;
+
+    fn hll_of(p: u8, items: impl IntoIterator<Item = String>) -> HyperLogLog {
+        let mut h = HyperLogLog::new(p).expect("p");
+        for w in items {
+            h.update_murmur(murmur(w.as_bytes()));
+        }
+        h
+    }
+
+    fn theta_of(items: impl IntoIterator<Item = String>) -> Theta {
+        let mut t = Theta::new(4096).expect("k");
+        for w in items {
+            t.update_murmur(murmur(w.as_bytes()));
+        }
+        t
+    }
+
+    fn whole_hll(store: &Store) -> Vec<u8> {
+        store
+            .merged_hll(&Slice::Whole, &TimeRange::all())
+            .expect("hll")
+            .sketch
+            .expect("events")
+            .register_values()
+    }
+
+    /// An image imported at lg_k = p makes the set's registers exactly those of one sketch of
+    /// the native and the imported items (HLL union is lossless); it is durable without a
+    /// flush, is counted by `imported_sets`, and a set rebuilt by repair gets it back.
+    #[test]
+    fn an_imported_hll_is_merged_durable_and_survives_repair() {
+        let mem = crate::store::MemEngine::new();
+        let store = Store::create_with(Box::new(mem.clone()), config()).expect("create");
+        let native = events(0, 3_000);
+        store.ingest_batch(&native).expect("ingest");
+        store.flush().expect("flush");
+        let items: Vec<String> = (0..20_000).map(|i| wallet_address(77, i)).collect();
+        let image = hll_image(&hll_of(16, items.clone()), HllWidth::Hll6);
+        let done = store
+            .import_sketch(&Slice::Whole, DAY0 + 5, &image)
+            .expect("import");
+        assert_eq!(done.family, SketchKind::HyperLogLog);
+        assert!(
+            done.image.contains("lg_k 16 folded to p = 14"),
+            "{}",
+            done.image
+        );
+        let all = native.iter().map(|e| e.item.clone()).chain(items.clone());
+        let want = hll_of(14, all).register_values();
+        assert_eq!(whole_hll(&store), want);
+        let day = TimeRange::between(DAY0, DAY0 + 86_400_000);
+        assert_eq!(store.imported_sets(&Slice::Whole, &day).expect("sets"), 1);
+        let next = TimeRange::between(DAY0 + 86_400_000, DAY0 + 2 * 86_400_000);
+        assert_eq!(store.imported_sets(&Slice::Whole, &next).expect("sets"), 0);
+        assert_eq!(
+            store
+                .imported_sets(&Slice::tag("chain", "a"), &day)
+                .expect("sets"),
+            0
+        );
+        // Durable on return: a crash now loses nothing.
+        let survived = mem.crash(0);
+        drop(store);
+        let store = Store::open_with(Box::new(survived)).expect("reopen");
+        assert_eq!(whole_hll(&store), want);
+        assert_eq!(store.imported_sets(&Slice::Whole, &day).expect("sets"), 1);
+        assert!(store.check().expect("check").damaged.is_empty());
+        // The set is lost: repair rebuilds it from the log and adds the import back.
+        let bucket = store.config.bucket.bucket_of(DAY0);
+        poke(
+            &store,
+            &keys::sketch(keys::Part::Hll, keys::WHOLE, bucket),
+            None,
+        );
+        let report = store.repair().expect("repair");
+        assert!(report.remaining.is_empty(), "{:?}", report.remaining);
+        assert!(
+            report
+                .rebuilt
+                .iter()
+                .any(|r| r.contains("1 imported sketch")),
+            "{:?}",
+            report.rebuilt
+        );
+        assert_eq!(whole_hll(&store), want);
+        // A damaged record is named, and cannot be rebuilt from the log.
+        poke(
+            &store,
+            &keys::imported(keys::WHOLE, bucket),
+            Some(vec![1, 2, 3]),
+        );
+        let found = store.check().expect("check").damaged;
+        assert!(
+            found
+                .iter()
+                .any(|d| d.name.starts_with("imported sketches of bucket")
+                    && matches!(d.recovery, Recovery::Unrecoverable { .. })),
+            "{found:?}"
+        );
+    }
+
+    /// A Theta image into a tag that had no events: the tag and set are created, and the
+    /// set's Theta retains exactly the imported hashes trimmed to k.
+    #[test]
+    fn an_imported_theta_creates_its_tag_and_set() {
+        let dir = tempdir("import-theta");
+        let store = Store::create(&dir, config()).expect("create");
+        store.ingest_batch(&events(0, 100)).expect("ingest");
+        let theirs = theta_of((0..30_000).map(|i| wallet_address(5, i)));
+        let slice = Slice::tag("chain", "new");
+        let done = store
+            .import_sketch(&slice, DAY0, &theta_image(&theirs))
+            .expect("import");
+        assert!(done.image.contains("trimmed to k = 4096"), "{}", done.image);
+        let got = store
+            .merged_theta(&slice, &TimeRange::all())
+            .expect("theta")
+            .sketch
+            .expect("the imported set");
+        let all = theirs.retained_hashes();
+        assert_eq!(got.retained_hashes(), all[..4096]);
+        assert_eq!(got.theta64(), all[4096]);
+        drop(store);
+        let store = Store::open(&dir).expect("reopen");
+        assert_eq!(
+            store.tags().expect("tags"),
+            vec!["chain:a", "chain:b", "chain:new"]
+        );
+        assert!(store.check().expect("check").damaged.is_empty());
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Truncated, foreign-seeded, too coarse, or aimed at a field the store does not have:
+    /// refused, with every stored byte and the in-memory tags as they were.
+    #[test]
+    fn a_bad_image_leaves_the_store_unchanged() {
+        let dir = tempdir("import-bad");
+        let store = Store::create(&dir, config()).expect("create");
+        store.ingest_batch(&events(0, 500)).expect("ingest");
+        store.flush().expect("flush");
+        store.checkpoint().expect("checkpoint");
+        let before = entries(&store, b"");
+        let good = hll_image(
+            &hll_of(14, (0..5_000).map(|i| wallet_address(3, i))),
+            HllWidth::Hll8,
+        );
+        let coarse = hll_image(
+            &hll_of(12, (0..5_000).map(|i| wallet_address(3, i))),
+            HllWidth::Hll8,
+        );
+        let mut other_seed = theta_image(&theta_of((0..50).map(|i| wallet_address(4, i))));
+        other_seed[6] ^= 1;
+        let new_tag = Slice::tag("chain", "z");
+        let cases: Vec<(&Slice, &[u8], &str)> = vec![
+            (&new_tag, &good[..good.len() - 1], "HLL_8 registers"),
+            (
+                &new_tag,
+                &coarse,
+                "lg_k 12, below this store's HLL precision p = 14",
+            ),
+            (&new_tag, &other_seed, "seed hash"),
+            (&new_tag, &[], "empty"),
+        ];
+        let wrong_field = Slice::tag("token", "x");
+        for (slice, image, says) in
+            cases
+                .into_iter()
+                .chain([(&wrong_field, &good[..], "not a tag field")])
+        {
+            let err = store.import_sketch(slice, DAY0, image).expect_err(says);
+            assert!(err.to_string().contains(says), "{err}");
+            assert_eq!(entries(&store, b""), before, "{says}");
+            assert_eq!(store.tags().expect("tags"), vec!["chain:a", "chain:b"]);
+        }
+        assert!(store.import_sketch(&Slice::Whole, i64::MAX, &good).is_err());
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A format-4 store (no `X` keys) opens, is recorded as format 5, and takes imports.
+    #[test]
+    fn a_format_four_store_is_read_and_recorded_as_format_five() {
+        let dir = tempdir("format-4");
+        let store = Store::create(&dir, config()).expect("create");
+        store.ingest_batch(&events(0, 1_000)).expect("ingest");
+        let want = whole_hll(&store);
+        poke(
+            &store,
+            &keys::meta("format"),
+            Some(Store::blob(&dir, &4u32).expect("blob")),
+        );
+        drop(store);
+        let store = Store::open(&dir).expect("a format-4 store opens");
+        let format: Option<u32> = Store::read_meta(&store.engine, "format").expect("read");
+        assert_eq!(format, Some(FORMAT_VERSION));
+        assert_eq!(FORMAT_VERSION, 5);
+        assert_eq!(whole_hll(&store), want);
+        assert!(store.check().expect("check").damaged.is_empty());
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
