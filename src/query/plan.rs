@@ -16,7 +16,7 @@
 
 use super::ast::{Date, Range, SetExpr, Statement, Unit};
 use crate::store::model::{BucketWidth, DAY_MS, HOUR_MS};
-use crate::store::{Slice, TimeRange};
+use crate::store::{ImportedSets, Slice, TimeRange};
 
 /// Which structure answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,9 +92,13 @@ pub struct Plan {
     pub recount: Option<Result<u64, String>>,
     /// The planner's choices in words, for `EXPLAIN`.
     pub reasons: Vec<String>,
-    /// For `DISTINCT`: how many sets read hold sketches imported from DataSketches images.
-    /// Their items are not in the raw log, so such a plan never answers from it.
+    /// For `DISTINCT`: how many sets read hold sketches imported from DataSketches images of
+    /// the family that answers (HLL, or Theta for AND / EXCEPT / NOT). Their items are not in
+    /// the raw log, so such a plan never answers from it.
     pub imported: usize,
+    /// For `DISTINCT`: how many sets read hold imported sketches of the other family, which
+    /// this answer does not read.
+    pub imported_unread: usize,
 }
 
 impl Plan {
@@ -140,8 +144,9 @@ pub trait RawLog {
     /// How many events a scan of `range` reads (those of every bucket it overlaps).
     fn scan_size(&self, range: &TimeRange) -> Result<u64, String>;
     /// How many sets of `slices` in buckets overlapping `range` hold sketches imported from
-    /// DataSketches images: their items are in those sets' HLL and Theta, not in the raw log.
-    fn imported(&self, slices: &[Slice], range: &TimeRange) -> Result<usize, String>;
+    /// DataSketches images, by family: their items are in those sets' HLL or Theta, not in the
+    /// raw log.
+    fn imported(&self, slices: &[Slice], range: &TimeRange) -> Result<ImportedSets, String>;
 }
 
 /// What a plan depends on besides the statement.
@@ -172,8 +177,8 @@ impl RawLog for KeepsAll {
     fn scan_size(&self, _: &TimeRange) -> Result<u64, String> {
         Ok(0)
     }
-    fn imported(&self, _: &[Slice], _: &TimeRange) -> Result<usize, String> {
-        Ok(0)
+    fn imported(&self, _: &[Slice], _: &TimeRange) -> Result<ImportedSets, String> {
+        Ok(ImportedSets::default())
     }
 }
 
@@ -185,8 +190,8 @@ pub struct Refusal {
     pub instead: String,
 }
 
-/// The slices a plan of `shape` reads sketches of: an expression's tags, and the whole stream
-/// (which NOT subtracts from).
+/// The slices a plan of `shape` reads sketches of, once each: an expression's tags, and the
+/// whole stream if it has a NOT (which subtracts from it).
 fn slices_read(shape: &Shape) -> Vec<Slice> {
     fn tags(e: &SetExpr, out: &mut Vec<Slice>) {
         match e {
@@ -203,8 +208,21 @@ fn slices_read(shape: &Shape) -> Vec<Slice> {
         Shape::Whole => vec![Slice::Whole],
         Shape::Union(v) => v.clone(),
         Shape::Expr(e) => {
-            let mut out = vec![Slice::Whole];
+            fn has_not(e: &SetExpr) -> bool {
+                match e {
+                    SetExpr::Tag { .. } => false,
+                    SetExpr::Not(_) => true,
+                    SetExpr::Or(v) | SetExpr::And(v) => v.iter().any(has_not),
+                    SetExpr::Except(a, rest) => has_not(a) || rest.iter().any(has_not),
+                }
+            }
+            let mut out = Vec::new();
+            if has_not(e) {
+                out.push(Slice::Whole);
+            }
             tags(e, &mut out);
+            let mut seen = std::collections::HashSet::new();
+            out.retain(|s| seen.insert(s.clone()));
             out
         }
     }
@@ -724,16 +742,21 @@ fn plan_inner(statement: &Statement, ctx: &Context<'_>, advise: bool) -> Result<
         recount: None,
         reasons: Vec::new(),
         imported: 0,
+        imported_unread: 0,
     };
     if method == Method::Meta {
         return Ok(plan);
     }
     if let Statement::Distinct { .. } = inner {
         // Unknown counts as present: the raw log must not answer alone when it may lack items.
-        plan.imported = ctx
+        let sets = ctx
             .raw
             .imported(&slices_read(&plan.shape), &time)
-            .unwrap_or(1);
+            .unwrap_or(ImportedSets { hll: 1, theta: 1 });
+        (plan.imported, plan.imported_unread) = match plan.method {
+            Method::Theta => (sets.theta, sets.hll),
+            _ => (sets.hll, sets.theta),
+        };
     }
     let imported_why = (plan.imported > 0).then(|| {
         let n = plan.imported;
@@ -955,7 +978,7 @@ mod tests {
     struct Log {
         from: Option<i64>,
         size: u64,
-        /// Sets with imported sketches in any range asked about.
+        /// Sets with imported sketches (of both families) in any range asked about.
         imported: usize,
     }
 
@@ -969,8 +992,11 @@ mod tests {
         fn scan_size(&self, _: &TimeRange) -> Result<u64, String> {
             Ok(self.size)
         }
-        fn imported(&self, _: &[Slice], _: &TimeRange) -> Result<usize, String> {
-            Ok(self.imported)
+        fn imported(&self, _: &[Slice], _: &TimeRange) -> Result<ImportedSets, String> {
+            Ok(ImportedSets {
+                hll: self.imported,
+                theta: self.imported,
+            })
         }
     }
 

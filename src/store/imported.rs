@@ -20,7 +20,7 @@
 use super::error::{Result, StoreError};
 use super::keys;
 use super::model::{self, Slice, TimeRange};
-use super::state::{State, TagDict};
+use super::state::{ImportedSets, State, TagDict};
 use super::{codec, kinds, Store};
 use crate::sketch::datasketches::{self, HllMode, HllWidth, Image};
 use crate::sketch::{Estimate, HyperLogLog, Sketch, SketchError, SketchKind, Theta};
@@ -55,6 +55,13 @@ impl ImportedRecord {
         }
         self.images += 1;
         Ok(())
+    }
+
+    pub(super) fn families(&self) -> ImportedSets {
+        ImportedSets {
+            hll: usize::from(self.hll.is_some()),
+            theta: usize::from(self.theta.is_some()),
+        }
     }
 
     fn validate(&self) -> std::result::Result<(), SketchError> {
@@ -262,7 +269,7 @@ impl Store {
             }
             return Err(e);
         }
-        st.imported.insert(key);
+        st.imported.insert(key, record.families());
         let (family, estimate) = match &incoming {
             Incoming::Hll(h) => (SketchKind::HyperLogLog, h.estimate()),
             Incoming::Theta(t) => (SketchKind::Theta, t.estimate()),
@@ -279,14 +286,14 @@ impl Store {
     }
 
     /// How many sets of `slice` with buckets overlapping `range` hold imported sketches (items
-    /// the raw log does not have).
-    pub fn imported_sets(&self, slice: &Slice, range: &TimeRange) -> Result<usize> {
+    /// the raw log does not have), by family.
+    pub fn imported_sets(&self, slice: &Slice, range: &TimeRange) -> Result<ImportedSets> {
         let st = self.lock()?;
         let tag = match slice {
             Slice::Whole => keys::WHOLE,
             Slice::Tag { .. } => match st.tags.id(&slice.name()) {
                 Some(id) => id,
-                None => return Ok(0),
+                None => return Ok(ImportedSets::default()),
             },
         };
         let width = self.config.bucket.millis();
@@ -294,11 +301,15 @@ impl Store {
             range.start.is_none_or(|s| b.saturating_add(width) > s)
                 && range.end.is_none_or(|e| b < e)
         };
-        Ok(st
+        let mut out = ImportedSets::default();
+        for (_, &f) in st
             .imported
             .range((tag, i64::MIN)..=(tag, i64::MAX))
-            .filter(|&&(_, b)| overlaps(b))
-            .count())
+            .filter(|&(&(_, b), _)| overlaps(b))
+        {
+            out += f;
+        }
+        Ok(out)
     }
 
     /// The sketches imported into set (tag, bucket), checked; `None` if none were.
@@ -396,21 +407,30 @@ mod tests {
         let want = hll_of(14, all).register_values();
         assert_eq!(whole_hll(&store), want);
         let day = TimeRange::between(DAY0, DAY0 + 86_400_000);
-        assert_eq!(store.imported_sets(&Slice::Whole, &day).expect("sets"), 1);
+        assert_eq!(
+            store.imported_sets(&Slice::Whole, &day).expect("sets"),
+            ImportedSets { hll: 1, theta: 0 }
+        );
         let next = TimeRange::between(DAY0 + 86_400_000, DAY0 + 2 * 86_400_000);
-        assert_eq!(store.imported_sets(&Slice::Whole, &next).expect("sets"), 0);
+        assert_eq!(
+            store.imported_sets(&Slice::Whole, &next).expect("sets"),
+            ImportedSets::default()
+        );
         assert_eq!(
             store
                 .imported_sets(&Slice::tag("chain", "a"), &day)
                 .expect("sets"),
-            0
+            ImportedSets::default()
         );
         // Durable on return: a crash now loses nothing.
         let survived = mem.crash(0);
         drop(store);
         let store = Store::open_with(Box::new(survived)).expect("reopen");
         assert_eq!(whole_hll(&store), want);
-        assert_eq!(store.imported_sets(&Slice::Whole, &day).expect("sets"), 1);
+        assert_eq!(
+            store.imported_sets(&Slice::Whole, &day).expect("sets"),
+            ImportedSets { hll: 1, theta: 0 }
+        );
         assert!(store.check().expect("check").damaged.is_empty());
         // The set is lost: repair rebuilds it from the log and adds the import back.
         let bucket = store.config.bucket.bucket_of(DAY0);

@@ -70,7 +70,7 @@ pub use model::{
     lowercase_item, BucketWidth, Config, Event, Sample, Slice, TimeRange, MAX_TIME, MIN_TIME,
     RANGE_LIMIT,
 };
-pub use state::MemoryUse;
+pub use state::{ImportedSets, MemoryUse};
 
 use crate::codec;
 use crate::sketch::SketchSet;

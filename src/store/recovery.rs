@@ -179,11 +179,15 @@ impl Store {
             },
         };
 
-        let mut imported = BTreeSet::new();
+        let mut imported = std::collections::BTreeMap::new();
         for entry in engine.prefix(&[keys::IMPORTED]) {
-            let (k, _) = entry?;
+            let (k, v) = entry?;
             if let Some(set) = keys::parse_imported(&k) {
-                imported.insert(set);
+                // A damaged record is check's finding; meanwhile its set counts as holding
+                // both families, so nothing answers it from the raw log alone.
+                let families = super::imported::decode_imported(&v)
+                    .map_or(super::ImportedSets { hll: 1, theta: 1 }, |r| r.families());
+                imported.insert(set, families);
             }
         }
 
