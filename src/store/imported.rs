@@ -392,6 +392,8 @@ mod tests {
         let native = events(0, 3_000);
         store.ingest_batch(&native).expect("ingest");
         store.flush().expect("flush");
+        // A merge read now is cached; the import must invalidate it.
+        let native_only = whole_hll(&store);
         let items: Vec<String> = (0..20_000).map(|i| wallet_address(77, i)).collect();
         let image = hll_image(&hll_of(16, items.clone()), HllWidth::Hll6);
         let done = store
@@ -405,6 +407,7 @@ mod tests {
         );
         let all = native.iter().map(|e| e.item.clone()).chain(items.clone());
         let want = hll_of(14, all).register_values();
+        assert_ne!(native_only, want);
         assert_eq!(whole_hll(&store), want);
         let day = TimeRange::between(DAY0, DAY0 + 86_400_000);
         assert_eq!(
