@@ -1397,6 +1397,31 @@ mod tests {
             .contains("byte 2 (family) is 9"));
     }
 
+    proptest::proptest! {
+        /// Arbitrary bytes behind a plausible header (an HLL or Theta family byte, a serial
+        /// version the reader knows, a mode byte of every kind): read or refused, never a
+        /// panic, and whatever is read converts at any precision without one.
+        #[test]
+        fn arbitrary_images_never_panic(
+            family in proptest::sample::select(vec![HLL_FAMILY, THETA_FAMILY]),
+            serial in 1u8..=4,
+            head in proptest::collection::vec(proptest::num::u8::ANY, 8),
+            body in proptest::collection::vec(proptest::num::u8::ANY, 0..700),
+            p in 4u8..=18,
+        ) {
+            let mut bytes = head;
+            bytes[1] = serial;
+            bytes[2] = family;
+            bytes.extend_from_slice(&body);
+            if let Ok(image) = read_image(&bytes) {
+                match image {
+                    Image::Hll(h) => drop(h.to_sketch(p)),
+                    Image::Theta(t) => drop(t.to_sketch(p.max(4))),
+                }
+            }
+        }
+    }
+
     #[test]
     fn input_is_raw_or_base64_by_content_or_by_flag() {
         let image = crate_hll(12, &wallets(4, 50), HllType::Hll8).serialize();
