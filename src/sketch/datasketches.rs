@@ -749,8 +749,10 @@ fn read_registers(
 impl HllImage {
     /// Our sketch at precision `p` of the items the image's sketch saw. A coupon keeps its full
     /// 26-bit address in every mode, so list and set images map to our coupons whatever their
-    /// `lg_k`. Registers at `lg_k > p` are folded as DataSketches' union downsamples: register
-    /// `i` of ours is the maximum of the image's registers `j` with `j mod 2^p = i`. Since a
+    /// `lg_k`. Registers at `lg_k > p` are folded as DataSketches' union downsamples (the
+    /// `datasketches` crate's `hll/union.rs`, `merge_array_with_downsample`: no value is
+    /// adjusted): register `i` of ours is the maximum of the image's registers `j` with
+    /// `j mod 2^p = i`. Since a
     /// register's value comes from the hash word the address does not use, that maximum is
     /// exactly the register a sketch of precision `p` would have built from the same items.
     pub fn to_sketch(&self, p: u8) -> Result<HyperLogLog, ImageError> {
@@ -1224,6 +1226,31 @@ mod tests {
         assert_eq!(
             imported(&updatable, 12).register_values(),
             ours_hll(12, &items).register_values()
+        );
+        // An HLL_4 image whose exceptions sit in a table of 2^lg_arr slots, free ones 0.
+        let (items, compact) = (0..40u64)
+            .map(|seed| wallets(9_000 + seed, 2_000))
+            .map(|items| {
+                let image = crate_hll(8, &items, HllType::Hll4).serialize();
+                (items, image)
+            })
+            .find(|(_, image)| image[36..40] != [0; 4])
+            .expect("an HLL_4 image with exceptions");
+        let at = 40 + 128;
+        let exceptions: Vec<&[u8]> = compact[at..].chunks(4).collect();
+        let mut updatable = compact[..at].to_vec();
+        updatable[5] &= !COMPACT;
+        updatable[4] = 4; // lg_arr: 16 slots
+        for slot in 0..16 {
+            match exceptions.get(slot / 2).filter(|_| slot % 2 == 1) {
+                Some(c) => updatable.extend_from_slice(c),
+                None => updatable.extend_from_slice(&[0; 4]),
+            }
+        }
+        assert!(exceptions.len() <= 8);
+        assert_eq!(
+            imported(&updatable, 8).register_values(),
+            ours_hll(8, &items).register_values()
         );
     }
 
