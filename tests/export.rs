@@ -101,7 +101,7 @@ fn exported_images_read_in_datasketches_as_the_stores_own_sketches() {
         .expect("events");
     let read8 = HllSketch::deserialize(&hll8).expect("DataSketches reads the HLL_8 image");
     let text = String::from_utf8(hll6).expect("base64 is text");
-    let raw6 = decode_base64(text.trim());
+    let raw6 = sketchdb::sketch::datasketches::from_base64(text.as_bytes()).expect("base64");
     let read6 = HllSketch::deserialize(&raw6).expect("DataSketches reads the HLL_6 image");
     let read4 = HllSketch::deserialize(&hll4).expect("DataSketches reads the HLL_4 image");
     assert_eq!(read8.estimate().to_bits(), read6.estimate().to_bits());
@@ -133,29 +133,4 @@ fn exported_images_read_in_datasketches_as_the_stores_own_sketches() {
         String::from_utf8_lossy(&out.stderr)
     );
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-fn decode_base64(text: &str) -> Vec<u8> {
-    let value = |c: u8| match c {
-        b'A'..=b'Z' => c - b'A',
-        b'a'..=b'z' => c - b'a' + 26,
-        b'0'..=b'9' => c - b'0' + 52,
-        b'+' => 62,
-        b'/' => 63,
-        other => panic!("not base64: {other}"),
-    };
-    let mut out = Vec::new();
-    for chunk in text.as_bytes().chunks(4) {
-        let digits: Vec<u8> = chunk
-            .iter()
-            .filter(|&&c| c != b'=')
-            .map(|&c| value(c))
-            .collect();
-        let n = digits
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, &d)| n | u32::from(d) << (18 - 6 * i));
-        out.extend_from_slice(&n.to_be_bytes()[1..digits.len()]);
-    }
-    out
 }

@@ -119,6 +119,15 @@ takes the whole bucket; stderr says which buckets went in.",
 sketchdb --db tx.db export --sketch hll --hll-bits 6 --base64"
     )]
     Export(ExportArgs),
+    /// Read an Apache DataSketches HLL or compact Theta image into one set and bucket of the
+    /// store, where DISTINCT and the Theta set operations count it with the set's own items
+    #[command(
+        name = "import-sketch",
+        long_about = "Reads one Apache DataSketches image (raw bytes, or base64 as Druid and Spark hand them out; detected, or --encoding) from FILE or stdin and merges it into the set (the whole stream, or --tag FIELD:VALUE) of the bucket holding --at. HLL images in list, set or HLL mode, with HLL_4, HLL_6 or HLL_8 registers and any lg_k at least the store's precision p (folded to p as DataSketches' union does); compact Theta images, ordered or not, compressed or not, hashed with the default seed 9001, trimmed to the store's k.\n\nImported items count in DISTINCT and in AND / EXCEPT / NOT (HLL and Theta) only: COUNT, SEEN, TOP, SAMPLE and the raw events know nothing of them, so DISTINCT over such a set is never answered from the raw events, and says it includes imported sketches. `repair` keeps them. All or nothing: the store is changed and flushed when the command succeeds, and unchanged when it fails.",
+        after_help = "Examples:\n  sketchdb --db tx.db import-sketch --tag chain:base --at 2026-12-01 worker2.hll\n  \
+sketchdb --db a.db export --sketch theta --base64 | sketchdb --db b.db import-sketch --at 2026-12-01 -"
+    )]
+    ImportSketch(ImportSketchArgs),
     /// Build a demo store, ingest the reference's streams and run its cheat sheet as queries
     #[command(
         after_help = "Examples:\n  sketchdb demo                 (store in ./sketchdb-demo.db, replaced on each run)\n  \
@@ -264,6 +273,30 @@ struct ExportArgs {
     /// Write to FILE instead of stdout
     #[arg(long, short, value_name = "FILE")]
     out: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum ImageEncoding {
+    /// base64 if the input is all base64 text, else raw bytes
+    Auto,
+    Raw,
+    Base64,
+}
+
+#[derive(Args)]
+struct ImportSketchArgs {
+    /// The image file, or - for stdin
+    #[arg(value_name = "FILE|-", default_value = "-")]
+    input: String,
+    /// The set: a tag as field:value (default: the whole stream)
+    #[arg(long, value_name = "FIELD:VALUE")]
+    tag: Option<String>,
+    /// A time in the bucket to import into: RFC 3339, a date, or Unix seconds or milliseconds
+    #[arg(long, value_name = "TIME")]
+    at: String,
+    /// How the input holds the image
+    #[arg(long, value_enum, default_value = "auto")]
+    encoding: ImageEncoding,
 }
 
 #[derive(Args)]
@@ -439,6 +472,7 @@ fn run(cli: Cli) -> Outcome {
         Some(Command::Check(a)) => check_cmd(&db(), a, wait),
         Some(Command::Repair(a)) => repair_cmd(&db(), a, wait),
         Some(Command::Export(a)) => export_cmd(&db(), a, wait),
+        Some(Command::ImportSketch(a)) => import_sketch_cmd(&db(), a, wait),
         Some(Command::Demo(a)) => {
             let path = cli.db.clone().unwrap_or_else(|| PathBuf::from(DEMO_DB));
             let stdout = std::io::stdout();
@@ -570,41 +604,46 @@ fn print_json(value: &serde_json::Value) -> Outcome {
     ignore_closed_pipe(writeln!(out, "{value}").map_err(|e| e.to_string()))
 }
 
+/// A time given on the command line: RFC 3339, Unix seconds or milliseconds, or a bare date
+/// (its midnight, UTC).
+fn parse_time(flag: &str, s: &str) -> Result<i64, Failure> {
+    if let Ok(d) = chrono::NaiveDate::parse_from_str(s.trim(), "%Y-%m-%d") {
+        return Ok(d
+            .and_time(chrono::NaiveTime::MIN)
+            .and_utc()
+            .timestamp_millis());
+    }
+    ingest::time::from_text(s, TimeUnit::Auto)
+        .map_err(|e| Failure(format!("--{flag} {s}: {e}, or a date (2026-12-01)")))
+}
+
+/// The set `--tag FIELD:VALUE` names, or the whole stream without it.
+fn parse_slice(tag: Option<&str>) -> Result<sketchdb::store::Slice, Failure> {
+    use sketchdb::store::Slice;
+    match tag {
+        None => Ok(Slice::Whole),
+        Some(t) => match t.split_once(':') {
+            Some((field, value)) if !field.is_empty() && !value.is_empty() => {
+                Ok(Slice::tag(field, value))
+            }
+            _ => Err(Failure(format!(
+                "--tag {t}: expected FIELD:VALUE, for example chain:base"
+            ))),
+        },
+    }
+}
+
 fn export_cmd(path: &Path, a: ExportArgs, wait: Duration) -> Outcome {
     use sketchdb::sketch::datasketches::{self, HllWidth};
-    use sketchdb::store::{Slice, TimeRange};
+    use sketchdb::store::TimeRange;
     let time = |flag: &str, t: &Option<String>| -> Result<Option<i64>, Failure> {
-        t.as_deref()
-            .map(|s| {
-                // A bare date is its midnight, UTC.
-                if let Ok(d) = chrono::NaiveDate::parse_from_str(s.trim(), "%Y-%m-%d") {
-                    return Ok(d
-                        .and_time(chrono::NaiveTime::MIN)
-                        .and_utc()
-                        .timestamp_millis());
-                }
-                ingest::time::from_text(s, TimeUnit::Auto)
-                    .map_err(|e| Failure(format!("--{flag} {s}: {e}, or a date (2026-12-01)")))
-            })
-            .transpose()
+        t.as_deref().map(|s| parse_time(flag, s)).transpose()
     };
     let range = TimeRange {
         start: time("from", &a.from)?,
         end: time("to", &a.to)?,
     };
-    let slice = match a.tag.as_deref() {
-        None => Slice::Whole,
-        Some(t) => match t.split_once(':') {
-            Some((field, value)) if !field.is_empty() && !value.is_empty() => {
-                Slice::tag(field, value)
-            }
-            _ => {
-                return Err(Failure(format!(
-                    "--tag {t}: expected FIELD:VALUE, for example chain:base"
-                )))
-            }
-        },
-    };
+    let slice = parse_slice(a.tag.as_deref())?;
     let store = open_to(path, "export from", wait)?;
     let (image, buckets, estimate, what) = match a.sketch {
         ExportSketch::Hll => {
@@ -674,6 +713,61 @@ fn export_cmd(path: &Path, a: ExportArgs, wait: Duration) -> Outcome {
             .unwrap_or_default()
     );
     Ok(())
+}
+
+fn import_sketch_cmd(path: &Path, a: ImportSketchArgs, wait: Duration) -> Outcome {
+    use sketchdb::sketch::datasketches::{self, Encoding};
+    use std::io::Read;
+    let slice = parse_slice(a.tag.as_deref())?;
+    let at = parse_time("at", &a.at)?;
+    let input = if a.input == "-" {
+        if std::io::stdin().is_terminal() {
+            return Err(Failure(
+                "no image: give FILE, or pipe the image in (`... | sketchdb import-sketch --at TIME -`)".into(),
+            ));
+        }
+        let mut bytes = Vec::new();
+        std::io::stdin()
+            .read_to_end(&mut bytes)
+            .map_err(|e| Failure(format!("cannot read stdin: {e}")))?;
+        bytes
+    } else {
+        std::fs::read(&a.input).map_err(|e| Failure(format!("cannot read {}: {e}", a.input)))?
+    };
+    let encoding = match a.encoding {
+        ImageEncoding::Auto => Encoding::Auto,
+        ImageEncoding::Raw => Encoding::Raw,
+        ImageEncoding::Base64 => Encoding::Base64,
+    };
+    let source = if a.input == "-" { "stdin" } else { &a.input };
+    // Read before the store is opened: a bad image never waits for, or touches, the store.
+    let image = datasketches::decode_input(&input, encoding)
+        .and_then(|bytes| datasketches::read_image(&bytes).map(|_| bytes))
+        .map_err(|e| {
+            Failure(format!(
+                "{source}: not an importable DataSketches image: {e}"
+            ))
+        })?;
+    let store = open_to(path, "import into", wait)?;
+    let done = store
+        .import_sketch(&slice, at, &image)
+        .map_err(|e| Failure(format!("{source}: {e}")))?;
+    drop(store);
+    let mut out = std::io::stdout().lock();
+    ignore_closed_pipe(
+        writeln!(
+            out,
+            "imported {} ({}) into {}, bucket {}: it estimates {:.0}; the set's {} there now estimates {:.0}",
+            done.image,
+            source,
+            done.set,
+            done.bucket_label,
+            done.estimate.value,
+            done.family,
+            done.set_estimate.value
+        )
+        .map_err(|e| e.to_string()),
+    )
 }
 
 fn parse_hll_bits(s: &str) -> Result<u8, String> {

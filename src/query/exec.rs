@@ -8,7 +8,7 @@ use super::parser::{parse, SyntaxError};
 use super::plan::{plan_with, Context, Method, Plan, RangeFit, RawLog, Refusal, Shape};
 use crate::sketch::{HyperLogLog, Sketch, Theta};
 use crate::store::log::{ItemRef, LogEvent};
-use crate::store::{Event, Slice, Snapshot, Store, StoreError, TimeRange};
+use crate::store::{Event, ImportedSets, Slice, Snapshot, Store, StoreError, TimeRange};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rustc_hash::FxHashMap;
@@ -73,6 +73,13 @@ impl RawLog for StoreLog<'_, '_> {
             .count(&Slice::Whole, range)
             .map(|(n, _)| n)
             .map_err(|e| e.to_string())
+    }
+    fn imported(&self, slices: &[Slice], range: &TimeRange) -> Result<ImportedSets, String> {
+        let mut all = ImportedSets::default();
+        for s in slices {
+            all += self.snap.imported_sets(s, range);
+        }
+        Ok(all)
     }
 }
 
@@ -648,6 +655,41 @@ impl<'s> Session<'s> {
                 }
             }
         };
+        let sets = |n: usize| {
+            if n == 1 {
+                "a set".to_string()
+            } else {
+                format!("{n} sets")
+            }
+        };
+        let approx = if plan.imported_unread > 0 {
+            let (family, reader) = if plan.method == Method::Theta {
+                ("HLL", "DISTINCT of one tag or of tags joined by OR")
+            } else {
+                ("Theta", "DISTINCT with AND, EXCEPT or NOT")
+            };
+            approx.note(format!(
+                "{} of the range also hold{} imported {family} sketches, which only {reader} reads",
+                sets(plan.imported_unread),
+                if plan.imported_unread == 1 { "s" } else { "" }
+            ))
+        } else {
+            approx
+        };
+        if plan.imported > 0 {
+            // The raw events lack the imported items: no exact fallback may replace this.
+            let n = plan.imported;
+            return Ok(approx.note(format!(
+                "includes sketches imported from DataSketches images into {} of the range; \
+                 COUNT, SEEN, TOP and SAMPLE know nothing of their items, nor does an exact \
+                 answer from the raw events",
+                if n == 1 {
+                    "a set".to_string()
+                } else {
+                    format!("{n} sets")
+                }
+            )));
+        }
         self.maybe_fallback(plan, approx, |s| s.exact_distinct(plan))
     }
 

@@ -16,7 +16,7 @@
 
 use super::ast::{Date, Range, SetExpr, Statement, Unit};
 use crate::store::model::{BucketWidth, DAY_MS, HOUR_MS};
-use crate::store::{Slice, TimeRange};
+use crate::store::{ImportedSets, Slice, TimeRange};
 
 /// Which structure answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,6 +92,13 @@ pub struct Plan {
     pub recount: Option<Result<u64, String>>,
     /// The planner's choices in words, for `EXPLAIN`.
     pub reasons: Vec<String>,
+    /// For `DISTINCT`: how many sets read hold sketches imported from DataSketches images of
+    /// the family that answers (HLL, or Theta for AND / EXCEPT / NOT). Their items are not in
+    /// the raw log, so such a plan never answers from it.
+    pub imported: usize,
+    /// For `DISTINCT`: how many sets read hold imported sketches of the other family, which
+    /// this answer does not read.
+    pub imported_unread: usize,
 }
 
 impl Plan {
@@ -136,6 +143,10 @@ pub trait RawLog {
     fn retained_from(&self) -> Option<i64>;
     /// How many events a scan of `range` reads (those of every bucket it overlaps).
     fn scan_size(&self, range: &TimeRange) -> Result<u64, String>;
+    /// How many sets of `slices` in buckets overlapping `range` hold sketches imported from
+    /// DataSketches images, by family: their items are in those sets' HLL or Theta, not in the
+    /// raw log.
+    fn imported(&self, slices: &[Slice], range: &TimeRange) -> Result<ImportedSets, String>;
 }
 
 /// What a plan depends on besides the statement.
@@ -166,6 +177,9 @@ impl RawLog for KeepsAll {
     fn scan_size(&self, _: &TimeRange) -> Result<u64, String> {
         Ok(0)
     }
+    fn imported(&self, _: &[Slice], _: &TimeRange) -> Result<ImportedSets, String> {
+        Ok(ImportedSets::default())
+    }
 }
 
 /// A question the planner will not answer the way it was asked.
@@ -174,6 +188,44 @@ impl RawLog for KeepsAll {
 pub struct Refusal {
     pub reason: String,
     pub instead: String,
+}
+
+/// The slices a plan of `shape` reads sketches of, once each: an expression's tags, and the
+/// whole stream if it has a NOT (which subtracts from it).
+fn slices_read(shape: &Shape) -> Vec<Slice> {
+    fn tags(e: &SetExpr, out: &mut Vec<Slice>) {
+        match e {
+            SetExpr::Tag { field, value } => out.push(Slice::tag(field, value)),
+            SetExpr::Or(v) | SetExpr::And(v) => v.iter().for_each(|e| tags(e, out)),
+            SetExpr::Except(a, rest) => {
+                tags(a, out);
+                rest.iter().for_each(|e| tags(e, out));
+            }
+            SetExpr::Not(a) => tags(a, out),
+        }
+    }
+    match shape {
+        Shape::Whole => vec![Slice::Whole],
+        Shape::Union(v) => v.clone(),
+        Shape::Expr(e) => {
+            fn has_not(e: &SetExpr) -> bool {
+                match e {
+                    SetExpr::Tag { .. } => false,
+                    SetExpr::Not(_) => true,
+                    SetExpr::Or(v) | SetExpr::And(v) => v.iter().any(has_not),
+                    SetExpr::Except(a, rest) => has_not(a) || rest.iter().any(has_not),
+                }
+            }
+            let mut out = Vec::new();
+            if has_not(e) {
+                out.push(Slice::Whole);
+            }
+            tags(e, &mut out);
+            let mut seen = std::collections::HashSet::new();
+            out.retain(|s| seen.insert(s.clone()));
+            out
+        }
+    }
 }
 
 fn shape_of(set: &Option<SetExpr>) -> Shape {
@@ -689,14 +741,42 @@ fn plan_inner(statement: &Statement, ctx: &Context<'_>, advise: bool) -> Result<
         fit: RangeFit::Whole,
         recount: None,
         reasons: Vec::new(),
+        imported: 0,
+        imported_unread: 0,
     };
     if method == Method::Meta {
         return Ok(plan);
     }
+    if let Statement::Distinct { .. } = inner {
+        // Unknown counts as present: the raw log must not answer alone when it may lack items.
+        let sets = ctx
+            .raw
+            .imported(&slices_read(&plan.shape), &time)
+            .unwrap_or(ImportedSets { hll: 1, theta: 1 });
+        (plan.imported, plan.imported_unread) = match plan.method {
+            Method::Theta => (sets.theta, sets.hll),
+            _ => (sets.hll, sets.theta),
+        };
+    }
+    let imported_why = (plan.imported > 0).then(|| {
+        let n = plan.imported;
+        format!(
+            "{} in {} hold{} sketches imported from DataSketches images, whose items are not in the raw events",
+            if n == 1 { "a set".to_string() } else { format!("{n} sets") },
+            plan.range_label,
+            if n == 1 { "s" } else { "" }
+        )
+    });
     let cuts = !on_grid(time.start, width) || !on_grid(time.end, width);
     let asked_label = plan.range_label.clone();
     let cut_words = || format!("the range {asked_label} cuts {}", cut_buckets(&time, width));
     if exact {
+        if let Some(why) = imported_why {
+            return Err(Refusal {
+                reason: format!("{why}, so EXACT from the raw events would leave them out"),
+                instead: inner.to_string(),
+            });
+        }
         // Asked for: the raw events answer whatever the budget, if they are there.
         if !ctx.raw.retained(&time) {
             let why = may_scan(ctx, &time).err().unwrap_or_default();
@@ -759,8 +839,17 @@ fn plan_inner(statement: &Statement, ctx: &Context<'_>, advise: bool) -> Result<
             )),
         };
     }
+    if let Some(why) = &imported_why {
+        plan.reasons.push(format!(
+            "{why}: the sketches answer, with them, and no exact answer from the raw events replaces theirs"
+        ));
+    }
     if cuts {
-        match may_scan(ctx, &time) {
+        let scan = match &imported_why {
+            Some(why) => Err(why.clone()),
+            None => may_scan(ctx, &time),
+        };
+        match scan {
             Ok(n) => {
                 plan.method = if method == Method::Reservoir {
                     Method::ScanSample
@@ -889,6 +978,8 @@ mod tests {
     struct Log {
         from: Option<i64>,
         size: u64,
+        /// Sets with imported sketches (of both families) in any range asked about.
+        imported: usize,
     }
 
     impl RawLog for Log {
@@ -900,6 +991,12 @@ mod tests {
         }
         fn scan_size(&self, _: &TimeRange) -> Result<u64, String> {
             Ok(self.size)
+        }
+        fn imported(&self, _: &[Slice], _: &TimeRange) -> Result<ImportedSets, String> {
+            Ok(ImportedSets {
+                hll: self.imported,
+                theta: self.imported,
+            })
         }
     }
 
@@ -920,10 +1017,53 @@ mod tests {
     }
 
     #[test]
+    fn distinct_over_imported_sketches_is_never_answered_from_the_raw_events() {
+        let log = Log {
+            from: None,
+            size: 10,
+            imported: 2,
+        };
+        let day = BucketWidth::Day;
+        let r = with(&log, day, "EXACT DISTINCT wallets FROM 2025-12-01")
+            .expect_err("the raw events lack the imported items");
+        assert!(
+            r.reason.contains("2 sets") && r.reason.contains("imported"),
+            "{r}"
+        );
+        assert_eq!(r.instead, "DISTINCT wallets FROM 2025-12-01");
+        // A range cutting a bucket is widened to whole buckets instead of scanned.
+        let plan = with(
+            &log,
+            day,
+            "DISTINCT wallets FROM 2025-12-01T05 TO 2025-12-01T07",
+        )
+        .expect("planned");
+        assert_eq!(plan.method, Method::Hll);
+        assert_eq!(plan.imported, 2);
+        assert!(
+            matches!(plan.fit, RangeFit::Widened { .. }),
+            "{:?}",
+            plan.fit
+        );
+        // Without imports the same range is scanned; other questions are not affected.
+        let none = Log { imported: 0, ..log };
+        let plan = with(
+            &none,
+            day,
+            "DISTINCT wallets FROM 2025-12-01T05 TO 2025-12-01T07",
+        )
+        .expect("planned");
+        assert_eq!(plan.method, Method::Scan);
+        let plan = with(&log, day, "COUNT FROM 2025-12-01T05 TO 2025-12-01T07").expect("planned");
+        assert_eq!((plan.method, plan.imported), (Method::Scan, 0));
+    }
+
+    #[test]
     fn a_range_that_cuts_buckets_scans_the_raw_events_or_widens_and_says_why() {
         let kept = Log {
             from: None,
             size: 10,
+            imported: 0,
         };
         let q = "COUNT FROM 2025-12-02T05 TO 2025-12-02T07";
         let p = with(&kept, BucketWidth::Day, q).expect("plan");
@@ -942,10 +1082,12 @@ mod tests {
         let big = Log {
             from: None,
             size: 1_001,
+            imported: 0,
         };
         let expired = Log {
             from: Some(DAY0 + DAY_MS),
             size: 10,
+            imported: 0,
         };
         for (log, why) in [(&big, "budget"), (&expired, "expired")] {
             let p = with(log, BucketWidth::Day, q).expect("plan");
@@ -982,6 +1124,7 @@ mod tests {
         let kept = Log {
             from: None,
             size: 10,
+            imported: 0,
         };
         let q = "COUNT 0xabc ON chain:a OR token:t";
         assert_eq!(
@@ -995,6 +1138,7 @@ mod tests {
         let big = Log {
             from: None,
             size: 1_001,
+            imported: 0,
         };
         let r = with(&big, BucketWidth::Day, q).expect_err("over the budget");
         assert_eq!(
@@ -1008,12 +1152,14 @@ mod tests {
         let kept = Log {
             from: None,
             size: 10,
+            imported: 0,
         };
         let p = with(&kept, BucketWidth::Day, "TOP 5 wallets").expect("plan");
         assert_eq!((p.method, p.recount), (Method::TopK, Some(Ok(10))));
         let big = Log {
             from: None,
             size: 1_001,
+            imported: 0,
         };
         let p = with(&big, BucketWidth::Day, "TOP 5 wallets").expect("plan");
         assert!(matches!(p.recount, Some(Err(ref why)) if why.contains("budget")));
@@ -1025,6 +1171,7 @@ mod tests {
         let log = Log {
             from: Some(DAY0 + 5 * HOUR_MS + 1_800_000),
             size: 10,
+            imported: 0,
         };
         let r = with(
             &log,

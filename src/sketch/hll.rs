@@ -320,15 +320,42 @@ impl HyperLogLog {
     pub fn update_murmur(&mut self, h: [u64; 2]) {
         let address = h[0] & ADDRESS_MASK;
         let value = h[1].leading_zeros().min(Q as u32) + 1;
+        self.insert_coupon((value << ADDRESS_BITS) | address as u32);
+    }
+
+    /// Adds a coupon as DataSketches' list and set modes hold it: the register value (1..=63)
+    /// above a 26-bit address. A value outside 1..=63 is ignored (the image reader refuses
+    /// one first).
+    #[inline]
+    pub fn insert_coupon(&mut self, coupon: u32) {
+        let value = coupon >> ADDRESS_BITS;
+        if !(1..=Q as u32 + 1).contains(&value) {
+            return;
+        }
+        let address = coupon & ADDRESS_MASK as u32;
         match &mut self.repr {
             Repr::Dense(regs) => {
                 let index = (address & ((1 << self.p) - 1)) as usize;
                 raise_register(regs, index, value as u8);
             }
             Repr::Sparse(set) => {
-                set.insert((value << ADDRESS_BITS) | address as u32);
+                set.insert(coupon);
                 if set.len > self.sparse_limit() {
                     self.densify();
+                }
+            }
+        }
+    }
+
+    /// Raises each register `i` to `values[i]` (one byte a register, `2^p` of them; values
+    /// above 63 are taken as 63), making the sketch dense: a register carries no address, so
+    /// it cannot stay a coupon.
+    pub fn raise_registers(&mut self, values: &[u8]) {
+        self.densify();
+        if let Repr::Dense(regs) = &mut self.repr {
+            for (i, &v) in values.iter().take(1 << self.p).enumerate() {
+                if v > 0 {
+                    raise_register(regs, i, v.min(Q as u8 + 1));
                 }
             }
         }

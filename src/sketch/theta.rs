@@ -231,6 +231,20 @@ impl Theta {
         out
     }
 
+    /// A sketch of `2^lg_k` nominal entries holding `hashes` (ascending, distinct, each in
+    /// `1..theta`) below `theta`, as a compact sketch's image gives them: when there are more
+    /// than `k`, θ becomes the `(k+1)`-th smallest and the `k` below it stay, DataSketches' own
+    /// trim. The caller checks the hashes (the image reader does).
+    pub fn from_sorted(lg_k: u8, theta: u64, hashes: &[u64]) -> Result<Self, SketchError> {
+        let k = Theta::new(1 << u32::from(lg_k.min(31)))?.nominal_entries();
+        let (theta, kept) = match hashes.get(k) {
+            Some(&kth) => (kth.min(theta), &hashes[..k]),
+            None => (theta, hashes),
+        };
+        let kept = kept.iter().copied().filter(|&h| h != EMPTY && h < theta);
+        Ok(Theta::from_distinct(lg_k, theta, kept.collect()))
+    }
+
     /// The sketch of the union of `sketches`: θ is the smallest θ, the values below it are pooled.
     pub fn union<'a>(sketches: impl IntoIterator<Item = &'a Theta>) -> Option<Theta> {
         let sketches: Vec<&Theta> = sketches.into_iter().collect();

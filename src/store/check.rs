@@ -28,6 +28,7 @@ use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::Path;
+use std::sync::Arc;
 
 /// A copy of an open error to return in place of a later one (errors are not `Clone`).
 fn open_error_clone(e: &StoreError) -> StoreError {
@@ -372,6 +373,7 @@ impl Store {
             stale_staged: Default::default(),
             import_failed: None,
             broken: None,
+            imported: Default::default(),
             acked: None,
         };
         let store = Store::assemble(engine, config, state);
@@ -439,6 +441,7 @@ listed here"
         self.check_all_time(&mut w)?;
         self.check_sets(&mut w)?;
         self.check_staged(&mut w)?;
+        self.check_imported(&mut w)?;
         self.check_log(&mut w, st.checkpoint_pos, retained_from)?;
         self.check_set_totals(&mut w, retained_from);
         self.check_orphan_chunks(&mut w)?;
@@ -615,6 +618,44 @@ listed here"
             }
         }
         w.checked.sets = w.sets.len() as u64;
+        Ok(())
+    }
+
+    /// Every record of imported sketches (`X` keys). The raw log never held their items, so
+    /// a damaged one cannot be rebuilt (its set's HLL and Theta parts still hold them, until
+    /// the set itself is rebuilt). A record whose set is not stored makes that set's parts
+    /// missing, so that repair rebuilds it (from the log, with the record added back).
+    fn check_imported(&self, w: &mut Walk<'_>) -> Result<()> {
+        for entry in self.engine.raw_prefix(&[keys::IMPORTED]) {
+            let (key, raw) = entry?;
+            w.checked.parts += 1;
+            let Some((tag, bucket)) = keys::parse_imported(&key) else {
+                w.add(
+                    format!("imported sketches key {key:02x?}"),
+                    kinds::IMPORTED,
+                    "not a key this build writes".into(),
+                    Recovery::Unrecoverable {
+                        why: "unknown to this build; left as it is".into(),
+                    },
+                );
+                continue;
+            };
+            w.sets.entry((tag, bucket)).or_default();
+            let outcome = match self.checked_value(&key, raw, &mut w.checked)? {
+                Err(detail) => Err(detail),
+                Ok(bytes) => super::imported::decode_imported(&bytes).map(drop),
+            };
+            if let Err(detail) = outcome {
+                w.add(
+                    self.imported_name(w.tags, tag, bucket),
+                    kinds::IMPORTED,
+                    detail,
+                    Recovery::Unrecoverable {
+                        why: "imported sketches are not in the raw log: import their images again (the set's own HLL and Theta still count them unless the set is rebuilt)".into(),
+                    },
+                );
+            }
+        }
         Ok(())
     }
 
@@ -1114,11 +1155,30 @@ from event {}",
         for &(tag, bucket) in targets {
             // Out of memory once written, so a repair never holds more than the budget; the
             // next ingest that needs it reads it back.
-            let Some(active) = st.sets.remove(&(tag, bucket)) else {
+            let Some(mut active) = st.sets.remove(&(tag, bucket)) else {
                 continue;
             };
+            // The log never held the items of sketches imported into the set: they come back
+            // from the record kept of them (a damaged record is check's finding, and the set
+            // is rebuilt without it).
+            let imported = self.read_imported(&st.tags, tag, bucket).ok().flatten();
+            if let Some(r) = &imported {
+                let merged = r
+                    .hll
+                    .as_ref()
+                    .map_or(Ok(()), |h| Arc::make_mut(&mut active.set).hll.merge(h))
+                    .and_then(|()| {
+                        r.theta
+                            .as_ref()
+                            .map_or(Ok(()), |t| Arc::make_mut(&mut active.set).theta.merge(t))
+                    });
+                merged.map_err(|source| StoreError::Damaged {
+                    name: self.imported_name(&st.tags, tag, bucket),
+                    source,
+                })?;
+            }
             let mut batch = WriteBatch::default();
-            if active.set.events == 0 {
+            if active.set.events == 0 && imported.is_none() {
                 for part in Part::ALL {
                     self.engine
                         .delete(&mut batch, keys::sketch(part, tag, bucket).to_vec())?;
@@ -1129,10 +1189,18 @@ from event {}",
             self.engine.apply(batch)?;
             std::sync::Arc::make_mut(&mut st.modified).insert((tag, bucket), clock);
             report.rebuilt.push(format!(
-                "sketch set of bucket {}, {} ({} events)",
+                "sketch set of bucket {}, {} ({} events{})",
                 self.config.bucket.label(bucket),
                 Self::tag_label(&st.tags, tag),
-                active.set.events
+                active.set.events,
+                match &imported {
+                    Some(r) => format!(
+                        ", and the {} imported sketch{} kept beside it",
+                        r.images,
+                        if r.images == 1 { "" } else { "es" }
+                    ),
+                    None => String::new(),
+                }
             ));
         }
         Ok(())

@@ -35,6 +35,16 @@ impl Store {
     }
 
     pub(super) fn checkpoint_locked(&self, st: &mut State) -> Result<()> {
+        self.checkpoint_with(st, Vec::new())
+    }
+
+    /// A checkpoint whose batch also puts `extra` (key, value) pairs, committed with it or
+    /// not at all (what `import_sketch` writes beside the set it changed).
+    pub(super) fn checkpoint_with(
+        &self,
+        st: &mut State,
+        extra: Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> Result<()> {
         if st.importing {
             // An unfinished import (or one that panicked) must not reach the disk.
             return Ok(());
@@ -44,7 +54,8 @@ impl Store {
             && st.unindexed.is_empty()
             && st.open_block.is_empty()
             && st.checkpoint_pos == st.next_seq
-            && st.sets.values().all(|a| !a.dirty);
+            && st.sets.values().all(|a| !a.dirty)
+            && extra.is_empty();
         if unchanged {
             self.evict_over_budget(st);
             // Evicted sets leave memory once no snapshot shares them.
@@ -83,6 +94,9 @@ impl Store {
                 keys::meta(MARKER),
                 Self::blob(&self.path, &StagedMarker { log_pos: pos })?,
             )?;
+        }
+        for (key, value) in extra {
+            self.engine.put(&mut batch, key, value)?;
         }
         let expired = self.expire_into(st, pos, &mut batch)?;
         self.engine.apply(batch)?;

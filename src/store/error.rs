@@ -78,6 +78,10 @@ pub enum StoreError {
     /// pieces to stay within the memory budget): it cannot commit, and is rolled back.
     #[error("{path}: the import failed part way and was rolled back: {reason}")]
     ImportFailed { path: PathBuf, reason: String },
+    /// An Apache DataSketches image that cannot be imported (malformed, another seed, a
+    /// precision below the store's): nothing was changed.
+    #[error("cannot import the DataSketches image: {0}")]
+    Image(#[from] crate::sketch::datasketches::ImageError),
     #[error("{0}")]
     Query(String),
     /// A read found a set rewritten after the snapshot it read from was published (see

@@ -12,6 +12,7 @@
 //! | `G` | `G` + the suffix of an `S` key | a sketch blob staged by an uncommitted import |
 //! | `A` | `A` | all-time scalable Bloom filter |
 //! | `C` | `C` + the key of a value over `VALUE_MAX` + chunk index (u32 BE) | one chunk of it |
+//! | `X` | `X` + tag id (u32 BE) + bucket start (i64, sign-flipped BE) | sketches imported into the set |
 //!
 //! Big-endian integers (with the sign bit flipped for times) sort the way the numbers do, so the
 //! buckets of one kind and one tag in a time range are one contiguous, ordered scan.
@@ -30,6 +31,7 @@ pub const SKETCH: u8 = kinds::SKETCH.prefix;
 pub const STAGED: u8 = kinds::STAGED.prefix;
 pub const ALL_TIME: &[u8] = &[kinds::ALL_TIME.prefix];
 pub const CHUNK: u8 = kinds::CHUNK.prefix;
+pub const IMPORTED: u8 = kinds::IMPORTED.prefix;
 
 /// `C` + `key`: the prefix of every chunk of the value under `key`.
 pub fn chunk_prefix(key: &[u8]) -> Vec<u8> {
@@ -127,6 +129,24 @@ pub fn parse_sketch(key: &[u8]) -> Option<(u32, i64)> {
     Some((tag, bucket))
 }
 
+/// The key of the sketches imported into set (tag, bucket).
+pub fn imported(tag: u32, bucket: i64) -> [u8; 13] {
+    let mut k = [0u8; 13];
+    k[0] = IMPORTED;
+    k[1..5].copy_from_slice(&tag.to_be_bytes());
+    k[5..].copy_from_slice(&time_bytes(bucket));
+    k
+}
+
+/// `(tag, bucket)` of an imported-sketches key.
+pub fn parse_imported(key: &[u8]) -> Option<(u32, i64)> {
+    if key.len() != 13 || key[0] != IMPORTED {
+        return None;
+    }
+    let tag = u32::from_be_bytes(key[1..5].try_into().ok()?);
+    Some((tag, time_of(key[5..13].try_into().ok()?)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,5 +168,7 @@ mod tests {
         assert_eq!(committed_of_staged(&g), Some(sketch(Part::Theta, 7, -1)));
         assert_eq!(committed_of_staged(&sketch(Part::Theta, 7, -1)), None);
         assert_eq!(seq_of(&log(77)), Some(77));
+        assert_eq!(parse_imported(&imported(7, -1)), Some((7, -1)));
+        assert!(imported(7, -1) < imported(7, 0));
     }
 }

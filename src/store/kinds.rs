@@ -66,6 +66,16 @@ pub const ALL_TIME: Kind = Kind {
     name: "all-time bloom filter",
 };
 
+/// The sketches imported into one set from Apache DataSketches images (see `store::imported`):
+/// their union, kept beside the set (whose HLL and Theta parts hold them too) so that a set
+/// rebuilt from the raw log, which knows nothing of them, gets them back, and so that queries
+/// know which sets hold items the raw log lacks. Key: `X` + tag id (u32 BE) + bucket start.
+pub const IMPORTED: Kind = Kind {
+    prefix: b'X',
+    blob: 0x54,
+    name: "imported sketches",
+};
+
 /// One chunk of a value over the engine's `VALUE_MAX`, under `C` + the value's own key + the
 /// chunk's index; the value's own key holds a manifest (see `seam`).
 pub const CHUNK: Kind = Kind {
@@ -84,7 +94,9 @@ pub const ACK: Kind = Kind {
 };
 
 /// Every kind stored under keys, for the uniqueness check and `check`'s walk.
-pub const ALL: [Kind; 8] = [META, TAG, LOG, INDEX, SKETCH, STAGED, ALL_TIME, CHUNK];
+pub const ALL: [Kind; 9] = [
+    META, TAG, LOG, INDEX, SKETCH, STAGED, ALL_TIME, CHUNK, IMPORTED,
+];
 
 /// The stored parts of a sketch set: its header (event count and log position) and one per
 /// family. A family's part byte is its [`SketchKind`], the kind in its blob's frame.

@@ -26,6 +26,7 @@
 //! | `route` | applying a checked batch to the state |
 //! | `checkpoint` | checkpoints, eviction, retention |
 //! | `import` | all-or-nothing imports |
+//! | `imported` | sketches imported from Apache DataSketches images, and the record kept of them |
 //! | `stage` | an import within the memory budget: pieces, staged (`G`) sets, the commit's roll-forward |
 //! | `recovery` | opening: metadata, dictionary, replay |
 //! | `ack` | the acknowledgement record: how far the log was acknowledged, checked at open |
@@ -41,6 +42,7 @@ pub mod engine;
 pub mod error;
 pub mod holder;
 mod import;
+mod imported;
 pub mod keys;
 pub mod kinds;
 pub mod log;
@@ -65,13 +67,14 @@ pub use engine::{Engine, EngineError, WriteBatch, VALUE_MAX};
 pub use error::{Result, StoreError};
 pub use holder::{HeldBy, Holder};
 pub use import::Import;
+pub use imported::SketchImport;
 pub use model::{
     lowercase_item, BucketWidth, Config, Event, Sample, Slice, TimeRange, MAX_TIME, MIN_TIME,
     RANGE_LIMIT,
 };
 pub use snapshot::Snapshot;
 pub(crate) use snapshot::STALE_RETRIES;
-pub use state::MemoryUse;
+pub use state::{ImportedSets, MemoryUse};
 
 use crate::codec;
 use crate::sketch::SketchSet;
@@ -86,16 +89,18 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::Duration;
 
-/// The on-disk format this build writes. 4: log blocks compressed (block layout 2) and
+/// The on-disk format this build writes. 5: records of sketches imported from DataSketches
+/// images (`X` keys, see `imported`); a build that reads only 4 would rebuild such a set from
+/// the log without them, so the version tells it instead. 4: log blocks compressed (block layout 2) and
 /// reservoirs holding log sequence numbers ([`Sample`]); a build that reads only 3 would take
 /// those for damage, so the version tells it instead. 3: Bloom filters (the all-time one too)
 /// and Count-Min sketches start in exact forms, a changed layout. 2: Count-Min rows hashed by
 /// independent SHA-256 words instead of double hashing (a version-1 store's Count-Min tables
 /// would be read under the wrong columns, so it is refused with its version named).
-pub const FORMAT_VERSION: u32 = 4;
+pub const FORMAT_VERSION: u32 = 5;
 /// The oldest format this build reads: a format-3 store differs only in what 4 added, and both
-/// forms of blocks and reservoirs are read. Opening one records it as format 4 before anything
-/// is written in the new forms.
+/// forms of blocks and reservoirs are read; a format-4 store has no `X` keys. Opening one
+/// records it as format 5 before anything is written in the new forms.
 pub const OLDEST_FORMAT: u32 = 3;
 /// The blob kind of the store's metadata records (format version, config, checkpoint).
 pub const META_KIND: u8 = kinds::META.blob;

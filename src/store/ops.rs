@@ -1060,9 +1060,9 @@ mod tests {
     }
 
     /// A format-3 store holds reservoirs of whole events: they are read as kept samples, the
-    /// store is recorded as format 4 on open, and it checks clean.
+    /// store is recorded in the current format on open, and it checks clean.
     #[test]
-    fn a_format_three_store_is_read_and_recorded_as_format_four() {
+    fn a_format_three_store_is_read_and_recorded_in_the_current_format() {
         let dir = tempdir("format-3");
         let store = Store::create(&dir, config()).expect("create");
         let ingested = with_extra(0, 2_000);

@@ -170,6 +170,18 @@ impl Store {
             },
         };
 
+        let mut imported = std::collections::BTreeMap::new();
+        for entry in engine.prefix(&[keys::IMPORTED]) {
+            let (k, v) = entry?;
+            if let Some(set) = keys::parse_imported(&k) {
+                // A damaged record is check's finding; meanwhile its set counts as holding
+                // both families, so nothing answers it from the raw log alone.
+                let families = super::imported::decode_imported(&v)
+                    .map_or(super::ImportedSets { hll: 1, theta: 1 }, |r| r.families());
+                imported.insert(set, families);
+            }
+        }
+
         let last_block = engine.last_in(&[keys::INDEX], &[keys::INDEX + 1])?;
         let next_seq = match last_block {
             Some((_, v)) => log::BlockInfo::decode(&v)
@@ -205,6 +217,7 @@ impl Store {
             stale_staged: BTreeSet::new(),
             import_failed: None,
             broken: None,
+            imported,
             acked: None,
         };
         Ok((config, state))

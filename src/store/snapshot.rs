@@ -46,6 +46,8 @@ pub(crate) struct View {
     /// Events not yet on disk when published: sealed blocks and the open one, as raw bodies.
     pending: Vec<(BlockInfo, Arc<Vec<u8>>)>,
     pub(crate) log_retained_from: Option<i64>,
+    /// Sets holding imported sketches, by family (see `imported`).
+    pub(crate) imported: std::collections::BTreeMap<(u32, i64), super::ImportedSets>,
 }
 
 /// One consistent state of a store to read: every statement of the query engine reads one.
@@ -101,6 +103,7 @@ impl Store {
             unindexed: st.unindexed.clone(),
             pending,
             log_retained_from: st.log_retained_from,
+            imported: st.imported.clone(),
         }
     }
 

@@ -137,9 +137,30 @@ pub(crate) struct State {
     /// Why this state can no longer be trusted (a rollback failed): every call then fails with
     /// [`StoreError::MustReopen`], and nothing more is written.
     pub(super) broken: Option<String>,
+    /// The sets holding sketches imported from DataSketches images (an `X` key each), with
+    /// the families imported: items the raw log, Bloom filters, Count-Min and the exact counts
+    /// know nothing of.
+    pub(crate) imported: std::collections::BTreeMap<(u32, i64), ImportedSets>,
     /// What the acknowledgement record holds, as far as this process knows (`None`: unknown or
     /// none), so a flush with nothing new does not rewrite it.
     pub(super) acked: Option<super::ack::Ack>,
+}
+
+/// Sets holding imported sketches, by family (see [`Store::imported_sets`]). For one set, each
+/// count is 0 or 1.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ImportedSets {
+    /// Sets with an imported HLL: DISTINCT of one tag, or of tags joined by OR, counts it.
+    pub hll: usize,
+    /// Sets with an imported Theta: DISTINCT with AND, EXCEPT or NOT counts it.
+    pub theta: usize,
+}
+
+impl std::ops::AddAssign for ImportedSets {
+    fn add_assign(&mut self, o: Self) {
+        self.hll += o.hll;
+        self.theta += o.theta;
+    }
 }
 
 /// Bytes held in memory by a store.
