@@ -526,6 +526,28 @@ impl CountMin {
         }
     }
 
+    /// Adds what this sketch holds of `item` to `rows`, one sum per row of the table (the
+    /// exact count to every row in the exact form), so that the counts of an item over many
+    /// sketches of one shape come without merging them: the minimum of the sums is the count
+    /// the merged sketch would give if every sketch were in the table form (the merged table
+    /// is the sum of the tables), never below the truth, and the exact sum if every sketch is
+    /// exact. `rows` must hold [`CountMin::depth`] sums.
+    pub fn add_item_rows(&self, item: &[u8], sha: &ShaWords, rows: &mut [u64]) {
+        match &self.form {
+            Form::Exact(_) => {
+                let n = self.count_of(item, sha);
+                rows.iter_mut().for_each(|r| *r = r.saturating_add(n));
+            }
+            Form::Table { table, .. } => {
+                let mut cells = [0usize; MAX_DEPTH as usize];
+                let d = self.cells(sha, &mut cells);
+                for (r, &c) in rows.iter_mut().zip(&cells[..d]) {
+                    *r = r.saturating_add(table[c]);
+                }
+            }
+        }
+    }
+
     /// The count of an item: exact in the exact form; never below the truth in the table form.
     pub fn count(&self, item: &[u8]) -> u64 {
         self.count_of(item, &ShaWords::of(item))
