@@ -274,26 +274,23 @@ impl Store {
                 each(ev);
             }
         };
-        // A block the view had unindexed may have been indexed since, before or during the
-        // walk: those the walk met are not read again below.
-        let seen = std::cell::RefCell::new(Vec::new());
+        // The blocks the view had unindexed are read by their `L` keys, in order, after the
+        // indexed ones: the writer may index them during the walk, and the walk must neither
+        // miss them nor meet them twice.
+        let walk_end = view
+            .unindexed
+            .first()
+            .map_or(disk_end, |i| i.first_seq.min(disk_end));
         let finished = self.for_each_block(
-            |info| {
-                if info.first_seq >= disk_end {
-                    return false;
-                }
-                seen.borrow_mut().push(info.first_seq);
-                wanted(info)
-            },
+            |info| info.first_seq < walk_end && wanted(info),
             stop,
             &mut on_disk,
         )?;
         if !finished {
             return Ok(false);
         }
-        let seen = seen.into_inner();
         for info in &view.unindexed {
-            if seen.binary_search(&info.first_seq).is_ok() || !wanted(info) {
+            if !wanted(info) {
                 continue;
             }
             if stop() {
