@@ -591,7 +591,12 @@ impl Sketch for HyperLogLog {
             ));
         }
         // The registers of another history arrive in no order HIP can account for (as in
-        // DataSketches, a union answers from its registers), unless they bring nothing.
+        // DataSketches, a union answers from its registers), unless one side is empty: then
+        // the result is the other sketch, HIP and all.
+        if matches!(&self.repr, Repr::Sparse(mine) if mine.len == 0) {
+            *self = other.clone();
+            return Ok(());
+        }
         match &other.repr {
             Repr::Sparse(theirs) if theirs.len == 0 => {}
             Repr::Sparse(theirs) => {
@@ -1218,7 +1223,7 @@ mod tests {
     }
 
     /// HIP survives storage and further updates; a merge of non-empty sketches turns it off, a
-    /// merge of an empty one does not; a blob of layout 1 (no HIP) is read, answering from its
+    /// merge with an empty one (either way round) does not; a blob of layout 1 (no HIP) is read, answering from its
     /// registers.
     #[test]
     fn hip_is_stored_and_merges_turn_it_off() {
@@ -1239,6 +1244,10 @@ mod tests {
             .merge(&HyperLogLog::new(14).expect("p"))
             .expect("merge");
         assert_eq!(with_empty.hip, h.hip);
+        let mut into_empty = HyperLogLog::new(14).expect("p");
+        into_empty.merge(&h).expect("merge");
+        assert_eq!(into_empty.hip, h.hip);
+        assert_eq!(into_empty.estimate(), h.estimate());
         let mut merged = h.clone();
         merged.merge(&sketch_of(14, 6, 0..10)).expect("merge");
         assert!(merged.hip.is_none());
