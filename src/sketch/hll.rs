@@ -1163,6 +1163,40 @@ mod tests {
         }
     }
 
+    /// The same calibration at p = 10 (1,024 registers, sparse up to 96 coupons), where
+    /// DataSketches falls back on measured error tables: HIP's interval comes from its own
+    /// variance at every precision, the registers' from the Fisher information at n. n = 500
+    /// (just past the coupons), 5,000 and 50,000; 200 sketches each, `assert_calibrated`'s
+    /// bands, and the intervals 10× too wide or too narrow must fail.
+    #[test]
+    fn intervals_cover_95_percent_at_a_small_precision() {
+        for n in [500u64, 5_000, 50_000] {
+            let (mut hip, mut merged) = (Vec::new(), Vec::new());
+            for seed in 0..200u64 {
+                let stream = 90_000 + seed;
+                let whole = sketch_of(10, stream, 0..n);
+                assert!(whole.hip.is_some(), "n={n}: built by updates");
+                hip.push((whole.estimate(), n as f64));
+                let mut halves = sketch_of(10, stream, 0..n / 2);
+                halves
+                    .merge(&sketch_of(10, stream, n / 2..n))
+                    .expect("merge");
+                merged.push((halves.estimate(), n as f64));
+            }
+            for (what, results) in [("HIP", &hip), ("registers", &merged)] {
+                let what = format!("hll p=10, n={n}, {what}, 200 seeds");
+                assert_calibrated(&what, &Calibration::of(results));
+                for factor in [10.0, 0.1] {
+                    let wrong = Calibration::of(&scaled(results, factor));
+                    assert!(
+                        check_calibrated(&what, &wrong).is_err(),
+                        "{what}: ×{factor}"
+                    );
+                }
+            }
+        }
+    }
+
     /// Where the sketch is sparse its count is all but exact, and so is its interval: at
     /// n = 1,000 a few hundredths of an item wide (DataSketches' coupon bounds are ±0.01%), not
     /// the ±1.59% of the large-count figure, and it still holds the truth in at least 95% of

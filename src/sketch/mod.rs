@@ -319,20 +319,21 @@ pub(crate) mod test_support {
     /// the miss band as well from 200 trials on (below about 140 trials no miss count is
     /// improbable enough to fail a wide interval on misses alone).
     pub fn assert_calibrated(what: &str, c: &Calibration) {
-        if let Err(why) = check_calibrated(what, c) {
-            panic!("{why}");
+        match check_calibrated(what, c) {
+            Ok(summary) => eprintln!("{summary}"),
+            Err(why) => panic!("{why}"),
         }
     }
 
-    /// [`assert_calibrated`]'s test as a value, so that a test can show it failing an
-    /// interval made wrong on purpose (see [`scaled`]).
-    pub fn check_calibrated(what: &str, c: &Calibration) -> Result<(), String> {
+    /// [`assert_calibrated`]'s test as a value (the measured line, or why it failed), so that a
+    /// test can show it failing an interval made wrong on purpose (see [`scaled`]).
+    pub fn check_calibrated(what: &str, c: &Calibration) -> Result<String, String> {
         let trials = c.trials as u64;
         let (lo, hi) = binomial_band(trials, 0.05, CALIBRATION_TAIL);
         let dof = c.trials as f64;
         let z2_lo = chi_square_quantile(CALIBRATION_TAIL, dof) / dof;
         let z2_hi = chi_square_quantile(1.0 - CALIBRATION_TAIL, dof) / dof;
-        eprintln!(
+        let summary = format!(
             "{what}: {} of {trials} intervals missed (band {lo}..={hi}), mean z² {:.3} \
              (band {z2_lo:.2}..{z2_hi:.2}), mean error {:+.4}%, RMS {:.4}%",
             c.misses,
@@ -358,7 +359,7 @@ pub(crate) mod test_support {
                 }
             ));
         }
-        Ok(())
+        Ok(summary)
     }
 
     /// The same estimates with every interval's distances from the value times `factor`: an
