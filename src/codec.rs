@@ -117,6 +117,23 @@ pub fn decode_versioned<T: DeserializeOwned>(
     bytes: &[u8],
 ) -> Result<T, CodecError> {
     let payload = unframe_versioned(kind, version, bytes)?;
+    deserialize(payload)
+}
+
+/// Reads a blob of the given kind written at any payload layout from `oldest` to `newest`, for
+/// a kind whose newer layouts only add to the older ones (so one type reads them all); returns
+/// the layout with the value.
+pub fn decode_range<T: DeserializeOwned>(
+    kind: u8,
+    oldest: u16,
+    newest: u16,
+    bytes: &[u8],
+) -> Result<(u16, T), CodecError> {
+    let (version, payload) = unframe_range(kind, oldest, newest, bytes)?;
+    Ok((version, deserialize(payload)?))
+}
+
+fn deserialize<T: DeserializeOwned>(payload: &[u8]) -> Result<T, CodecError> {
     // The limit stops a corrupt length prefix inside the payload from asking for a huge allocation.
     options()
         .with_limit(payload.len() as u64)
@@ -132,11 +149,18 @@ pub fn unframe(kind: u8, bytes: &[u8]) -> Result<&[u8], CodecError> {
 /// Checks a frame of `kind` at any payload layout from [`FORMAT_VERSION`] to `newest` and returns
 /// the layout with the payload, for a kind whose owner still reads its older layouts.
 pub fn unframe_any(kind: u8, newest: u16, bytes: &[u8]) -> Result<(u16, &[u8]), CodecError> {
+    unframe_range(kind, FORMAT_VERSION, newest, bytes)
+}
+
+fn unframe_range(
+    kind: u8,
+    oldest: u16,
+    newest: u16,
+    bytes: &[u8],
+) -> Result<(u16, &[u8]), CodecError> {
     match unframe_versioned(kind, newest, bytes) {
         Ok(payload) => Ok((newest, payload)),
-        Err(CodecError::UnsupportedVersion { found, .. })
-            if (FORMAT_VERSION..newest).contains(&found) =>
-        {
+        Err(CodecError::UnsupportedVersion { found, .. }) if (oldest..newest).contains(&found) => {
             Ok((found, unframe_versioned(kind, found, bytes)?))
         }
         Err(e) => Err(e),

@@ -1,9 +1,19 @@
-//! Interval arithmetic shared by the families: the normal quantile for 95%, and exact (Garwood)
-//! Poisson intervals for small retained counts, where a normal approximation would claim far
-//! more precision than a handful of samples can give.
+//! Interval arithmetic shared by the families: the normal quantile for 95%, normal intervals
+//! floored at what a sketch proves it saw, and exact (Garwood) Poisson intervals for small
+//! retained counts, where a normal approximation would claim far more precision than a handful
+//! of samples can give.
 
 /// The two-sided 95% standard normal quantile.
 pub const Z95: f64 = 1.959_963_984_540_054;
+
+/// The normal 95% interval `value ± 1.96 sd`, its lower end raised to `floor`: what the sketch
+/// proves it saw (HLL's distinct coupons, or its non-zero registers, each at least one distinct
+/// item), as DataSketches floors its HLL lower bound. The width is the estimator's own standard
+/// error where the sketch is: near 0 for HLL's sparse coupons and a HIP accumulator just past
+/// them, growing with the count (see `HyperLogLog`'s estimate).
+pub fn normal_interval(value: f64, sd: f64, floor: f64) -> (f64, f64) {
+    ((value - Z95 * sd).max(floor), value + Z95 * sd)
+}
 
 /// Tail probability on each side of a two-sided 95% interval.
 const TAIL: f64 = 0.025;

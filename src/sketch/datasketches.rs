@@ -8,10 +8,11 @@
 //! - **HLL** ([`hll_image`]): the HLL-mode image (serial version 1, family 7, a 40-byte
 //!   preamble) with 8-, 6- or 4-bit registers. Our registers are DataSketches' registers for the
 //!   same items: slot from the low `p` bits of the first hash word, value one more than the
-//!   leading zeros of the second, capped at 63. We keep no HIP accumulator, so the image is
-//!   flagged out of order and a reader answers with the composite estimator of those registers
-//!   (what DataSketches itself does after a union); `kxq0`, `kxq1` and the count of zero
-//!   registers, which that estimator reads, are computed from the registers.
+//!   leading zeros of the second, capped at 63. The image is flagged out of order, so a reader
+//!   answers with the composite estimator of those registers (what DataSketches itself does
+//!   after a union, and an export is a merge over a range); the HIP accumulator a sketch built
+//!   by updates keeps is not written. `kxq0`, `kxq1` and the count of zero registers, which
+//!   that estimator reads, are computed from the registers.
 //! - **Theta** ([`theta_image`]): the compact, ordered, uncompressed image (serial version 3,
 //!   family 3): θ and the retained hashes in ascending order, with the seed hash of 9001.
 //!
@@ -956,11 +957,15 @@ mod tests {
     //! compared with a sketch that crate built from the same items.
     use super::*;
     use crate::gen::wallet_address;
+    use crate::gen::wallet_address_bytes;
     use crate::hash::murmur;
     use crate::sketch::Sketch;
     use datasketches::hash::value::raw_bytes;
     use datasketches::hll::{HllSketch, HllType, HllUnion};
-    use datasketches::theta::{CompactThetaSketch, ThetaSketchBuilder};
+    use datasketches::theta::{
+        CompactThetaSketch, ThetaANotB, ThetaIntersection, ThetaSketch, ThetaSketchBuilder,
+        ThetaUnionBuilder,
+    };
 
     fn wallets(stream: u64, n: u64) -> Vec<String> {
         (0..n).map(|i| wallet_address(stream, i)).collect()
@@ -1481,6 +1486,167 @@ mod tests {
             assert_eq!(
                 from_base64(base64(raw).as_bytes()).expect("round trip"),
                 raw
+            );
+        }
+    }
+
+    fn theta_pair(lg_k: u8, items: &[[u8; 42]]) -> (Theta, ThetaSketch) {
+        let mut ours = Theta::new(1 << lg_k).expect("k");
+        // DataSketches' defaults but lg_k: resize factor 8, sampling probability 1.
+        let mut theirs = ThetaSketchBuilder::default()
+            .lg_k(lg_k)
+            .build()
+            .expect("lg_k");
+        for w in items {
+            ours.update_murmur(murmur(w));
+            theirs.update(raw_bytes::from_slice(w));
+        }
+        (ours, theirs)
+    }
+
+    fn sorted(entries: impl Iterator<Item = u64>) -> Vec<u64> {
+        let mut v: Vec<u64> = entries.collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// The retained-set rule is DataSketches': fed the same wallets, our Theta and the official
+    /// crate's update sketch hold the same values and the same θ, exact (100, k) and estimating
+    /// (3k, 100k, 1M), at lg_k 5 (DataSketches' smallest), 10, 12 (the store's default) and 14;
+    /// and so does its compact form. Before the rule was taken over, ours rebuilt at 1.5k
+    /// values: at 3k both estimate but the retained sets differed in size and θ.
+    #[test]
+    fn theta_holds_what_datasketches_holds_for_the_same_items() {
+        for lg_k in [5u8, 10, 12, 14] {
+            let k = 1u64 << lg_k;
+            for n in [100, k, 3 * k, 100_000, 1_000_000] {
+                let items: Vec<[u8; 42]> =
+                    (0..n).map(|i| wallet_address_bytes(31 + n, i)).collect();
+                let (ours, theirs) = theta_pair(lg_k, &items);
+                let what = format!("lg_k={lg_k} n={n}");
+                assert_eq!(ours.theta64(), theirs.theta64(), "{what}: theta");
+                assert_eq!(ours.retained(), theirs.num_retained(), "{what}: retained");
+                assert_eq!(
+                    ours.retained_hashes(),
+                    sorted(theirs.iter().map(|e| e.hash())),
+                    "{what}: entries"
+                );
+                assert_eq!(ours.is_exact(), !theirs.is_estimation_mode(), "{what}");
+                let compact = theirs.compact(true);
+                let entries: Vec<u64> = compact.iter().map(|e| e.hash()).collect();
+                assert_eq!(entries, ours.retained_hashes(), "{what}: compact entries");
+                assert_eq!(compact.theta64(), ours.theta64(), "{what}: compact theta");
+                // The same retained count over the same θ: the same estimate to the last bit
+                // but for the scaling of θ (DataSketches divides by i64::MAX, we by 2^63).
+                let est = ours.estimate().value;
+                assert!(
+                    (est - theirs.estimate()).abs() <= 1e-12 * est.max(1.0),
+                    "{what}: {est} against {}",
+                    theirs.estimate()
+                );
+            }
+        }
+    }
+
+    /// A union, trimmed to k, is DataSketches' union: the pooled values below the smallest θ,
+    /// cut to the k smallest past k; untrimmed it holds those and the next ones up to 15k/8.
+    /// Exact inputs whose union is over 15k/8 (two of 5,000 at k = 4096), exact inputs whose
+    /// union is between k and 15k/8 (2,000 and 3,000: ours stays exact), estimating inputs of
+    /// different θ, and three inputs in any order. Intersections and A-not-B hold what the
+    /// official crate's hold.
+    #[test]
+    fn theta_set_operations_match_datasketches() {
+        let lg_k = 12;
+        let wallets = |stream: u64, range: std::ops::Range<u64>| -> Vec<[u8; 42]> {
+            range.map(|i| wallet_address_bytes(stream, i)).collect()
+        };
+        let cases = [
+            (
+                wallets(1, 0..5_000),
+                wallets(1, 5_000..10_000),
+                wallets(2, 0..10),
+            ),
+            (
+                wallets(3, 0..300_000),
+                wallets(3, 200_000..250_000),
+                wallets(3, 100_000..1_000_000),
+            ),
+            (
+                wallets(4, 0..2_000),
+                wallets(4, 1_000..40_000),
+                wallets(4, 0..100),
+            ),
+            (
+                wallets(5, 0..2_000),
+                wallets(5, 2_000..5_000),
+                wallets(5, 0..10),
+            ),
+        ];
+        for (case, (a, b, c)) in cases.iter().enumerate() {
+            let (oa, ta) = theta_pair(lg_k, a);
+            let (ob, tb) = theta_pair(lg_k, b);
+            let (oc, tc) = theta_pair(lg_k, c);
+            let mut u = ThetaUnionBuilder::default().lg_k(lg_k).build().expect("k");
+            for t in [&ta, &tb, &tc] {
+                u.update(t).expect("union");
+            }
+            let theirs = u.to_sketch(true);
+            for ours in [
+                Theta::union([&oa, &ob, &oc]).expect("three"),
+                Theta::union([&oc, &oa, &ob]).expect("three"),
+                {
+                    let mut m = ob.clone();
+                    m.merge(&oc).expect("merge");
+                    m.merge(&oa).expect("merge");
+                    m
+                },
+            ] {
+                let mut trimmed = ours.clone();
+                trimmed.trim();
+                assert_eq!(
+                    trimmed.theta64(),
+                    theirs.theta64(),
+                    "case {case}: union theta"
+                );
+                let their_entries: Vec<u64> = theirs.iter().map(|e| e.hash()).collect();
+                assert_eq!(
+                    trimmed.retained_hashes(),
+                    their_entries,
+                    "case {case}: union entries"
+                );
+                // Untrimmed: theirs and the next values below our θ, at most 15k/8 in all.
+                let ours_entries = ours.retained_hashes();
+                assert_eq!(ours_entries[..their_entries.len()], their_entries[..]);
+                assert!(ours.retained() <= 7_680, "case {case}");
+                if case == 3 {
+                    assert!(ours.is_exact() && ours.retained() == 5_000, "case {case}");
+                }
+            }
+            let mut i = ThetaIntersection::with_seed(SEED).expect("seed");
+            i.update(&ta).expect("intersect");
+            i.update(&tb).expect("intersect");
+            let theirs = i.to_sketch(true).expect("a result");
+            let ours = Theta::intersection([&oa, &ob]).expect("two");
+            assert_eq!(
+                ours.theta64(),
+                theirs.theta64(),
+                "case {case}: intersection"
+            );
+            assert_eq!(
+                ours.retained_hashes(),
+                sorted(theirs.iter().map(|e| e.hash())),
+                "case {case}: intersection entries"
+            );
+            let theirs = ThetaANotB::with_seed(SEED)
+                .expect("seed")
+                .compute(&ta, &tb, true)
+                .expect("a not b");
+            let ours = oa.difference(&ob);
+            assert_eq!(ours.theta64(), theirs.theta64(), "case {case}: a not b");
+            assert_eq!(
+                ours.retained_hashes(),
+                sorted(theirs.iter().map(|e| e.hash())),
+                "case {case}: a-not-b entries"
             );
         }
     }

@@ -173,6 +173,10 @@ pub trait Sketch: Serialize + DeserializeOwned + Sized {
     /// refused by name rather than read as wrong numbers.
     const VERSION: u16 = codec::FORMAT_VERSION;
 
+    /// The oldest layout [`Sketch::decode`] still reads: a family whose newer layout only adds
+    /// to the older one (a new variant, say) lowers it, and the same type reads both.
+    const OLDEST_VERSION: u16 = Self::VERSION;
+
     /// Folds `other` into `self`, as if `self` had also seen everything `other` saw. Fails, leaving
     /// `self` unchanged, when the two were sized differently.
     fn merge(&mut self, other: &Self) -> Result<(), SketchError>;
@@ -200,11 +204,12 @@ pub trait Sketch: Serialize + DeserializeOwned + Sized {
     /// Reads a blob written by [`Sketch::encode`]; damaged, truncated or foreign bytes are an
     /// error, never a panic or a wrong sketch.
     fn decode(bytes: &[u8]) -> Result<Self, SketchError> {
-        let sketch: Self = codec::decode_versioned(Self::KIND as u8, Self::VERSION, bytes)
-            .map_err(|source| SketchError::Codec {
-                kind: Self::KIND,
-                source,
-            })?;
+        let (_, sketch): (u16, Self) =
+            codec::decode_range(Self::KIND as u8, Self::OLDEST_VERSION, Self::VERSION, bytes)
+                .map_err(|source| SketchError::Codec {
+                    kind: Self::KIND,
+                    source,
+                })?;
         sketch.validate()?;
         Ok(sketch)
     }
@@ -314,12 +319,21 @@ pub(crate) mod test_support {
     /// the miss band as well from 200 trials on (below about 140 trials no miss count is
     /// improbable enough to fail a wide interval on misses alone).
     pub fn assert_calibrated(what: &str, c: &Calibration) {
+        match check_calibrated(what, c) {
+            Ok(summary) => eprintln!("{summary}"),
+            Err(why) => panic!("{why}"),
+        }
+    }
+
+    /// [`assert_calibrated`]'s test as a value (the measured line, or why it failed), so that a
+    /// test can show it failing an interval made wrong on purpose (see [`scaled`]).
+    pub fn check_calibrated(what: &str, c: &Calibration) -> Result<String, String> {
         let trials = c.trials as u64;
         let (lo, hi) = binomial_band(trials, 0.05, CALIBRATION_TAIL);
         let dof = c.trials as f64;
         let z2_lo = chi_square_quantile(CALIBRATION_TAIL, dof) / dof;
         let z2_hi = chi_square_quantile(1.0 - CALIBRATION_TAIL, dof) / dof;
-        eprintln!(
+        let summary = format!(
             "{what}: {} of {trials} intervals missed (band {lo}..={hi}), mean z² {:.3} \
              (band {z2_lo:.2}..{z2_hi:.2}), mean error {:+.4}%, RMS {:.4}%",
             c.misses,
@@ -327,22 +341,38 @@ pub(crate) mod test_support {
             c.mean_error * 100.0,
             c.rms_error * 100.0
         );
-        assert!(
-            (lo..=hi).contains(&(c.misses as u64)),
-            "{what}: {} of {trials} 95% intervals missed the truth, outside {lo}..={hi}: {c:?}",
-            c.misses
-        );
-        assert!(
-            (z2_lo..=z2_hi).contains(&c.mean_z2),
-            "{what}: mean z² {:.3} outside {z2_lo:.2}..{z2_hi:.2}: the interval is {} for the \
-             estimator's spread: {c:?}",
-            c.mean_z2,
-            if c.mean_z2 < z2_lo {
-                "too wide"
-            } else {
-                "too narrow"
-            }
-        );
+        if !(lo..=hi).contains(&(c.misses as u64)) {
+            return Err(format!(
+                "{what}: {} of {trials} 95% intervals missed the truth, outside {lo}..={hi}: {c:?}",
+                c.misses
+            ));
+        }
+        if !(z2_lo..=z2_hi).contains(&c.mean_z2) {
+            return Err(format!(
+                "{what}: mean z² {:.3} outside {z2_lo:.2}..{z2_hi:.2}: the interval is {} for \
+                 the estimator's spread: {c:?}",
+                c.mean_z2,
+                if c.mean_z2 < z2_lo {
+                    "too wide"
+                } else {
+                    "too narrow"
+                }
+            ));
+        }
+        Ok(summary)
+    }
+
+    /// The same estimates with every interval's distances from the value times `factor`: an
+    /// interval made `factor` times too wide (or, below 1, too narrow) on purpose.
+    pub fn scaled(results: &[(Estimate, f64)], factor: f64) -> Vec<(Estimate, f64)> {
+        results
+            .iter()
+            .map(|&(e, truth)| {
+                let lower = e.value - (e.value - e.lower) * factor;
+                let upper = e.value + (e.upper - e.value) * factor;
+                (Estimate::approximate(e.value, lower, upper), truth)
+            })
+            .collect()
     }
 
     /// Every single-byte corruption and every truncation of an encoded sketch must be rejected.

@@ -219,9 +219,12 @@ impl<E> SketchSet<E> {
 
 impl<E: Serialize + DeserializeOwned + Clone + HeapSize> Sketch for SketchSet<E> {
     const KIND: SketchKind = SketchKind::SketchSet;
-    /// 3: the Bloom filter and Count-Min inside have exact forms (`BloomFilter::VERSION` 2,
-    /// `CountMin::VERSION` 3). 2: the Count-Min inside changed layout and hashing.
-    const VERSION: u16 = 3;
+    /// 4: the HyperLogLog inside may hold its HIP accumulator (`HyperLogLog::VERSION` 2, a
+    /// variant added, so layout 3 reads as it was). 3: the Bloom filter and Count-Min inside
+    /// have exact forms (`BloomFilter::VERSION` 2, `CountMin::VERSION` 3). 2: the Count-Min
+    /// inside changed layout and hashing.
+    const VERSION: u16 = 4;
+    const OLDEST_VERSION: u16 = 3;
 
     /// Merges family by family; checks every shape first so a failure leaves `self` unchanged.
     fn merge(&mut self, other: &Self) -> Result<(), SketchError> {
@@ -587,8 +590,8 @@ mod tests {
 
     fn prop_config() -> SketchConfig {
         // Small enough that a few hundred items convert every family: Bloom at 768
-        // fingerprints, Count-Min (59 × 5, 2,360 bytes) at about 25 wallets, HLL p = 8 at 16
-        // coupons, Theta k = 16 at 24 hashes.
+        // fingerprints, Count-Min (59 × 5, 2,360 bytes) at about 25 wallets, HLL p = 8 at 25
+        // coupons, Theta k = 16 at 31 hashes.
         SketchConfig {
             bloom_capacity: 10_000,
             hll_precision: 8,
@@ -650,6 +653,7 @@ mod tests {
                     s
                 })
                 .collect();
+            let parts_merged = parts.iter().filter(|p| p.events > 0).count() > 1;
             while parts.len() > 1 {
                 let other = parts.swap_remove(rng.random_range(0..parts.len()));
                 let j = rng.random_range(0..parts.len());
@@ -666,9 +670,14 @@ mod tests {
                 prop_assert_eq!(merged.bloom.ones(), whole.bloom.ones());
                 prop_assert_eq!(merged.bloom.estimate_count(), whole.bloom.estimate_count());
             }
-            // HLL: deterministic in both forms.
+            // HLL: deterministic registers in both forms. Once dense, the merged set answers
+            // from them, the whole one (built by updates) with its HIP accumulator.
             prop_assert_eq!(&merged.hll, &whole.hll);
-            prop_assert_eq!(merged.hll.estimate(), whole.hll.estimate());
+            prop_assert_eq!(merged.hll.register_estimate(), whole.hll.register_estimate());
+            if parts_merged && !whole.hll.is_sparse() {
+                prop_assert!(merged.hll.hip_estimate().is_none());
+                prop_assert!(whole.hll.hip_estimate().is_some());
+            }
             // Theta: identical while exact (nothing discarded).
             prop_assert_eq!(merged.theta.is_exact(), whole.theta.is_exact());
             if whole.theta.is_exact() {

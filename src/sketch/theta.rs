@@ -14,8 +14,22 @@
 //! than the rebuild threshold of distinct items seen) the count is exact.
 //!
 //! Hashing follows Apache DataSketches: the retained value is `MurmurHash3_x64_128(item, 9001)`'s
-//! first word shifted right by one (63 bits), θ starts at `2^63 - 1`, and a rebuild sets θ to the
-//! (k+1)-th smallest retained hash and keeps the k below it.
+//! first word shifted right by one (63 bits), θ starts at `2^63 - 1`.
+//!
+//! **Retained-set rule (DataSketches' QuickSelect update sketch, default resize factor, p = 1).**
+//! A value is kept if it is non-zero, below θ and new. The table grows to `2k` slots; once it is
+//! that large and holds more than 15/16 of them (`15k/8` values: 7,680 at k = 4096), a rebuild
+//! sets θ to the (k+1)-th smallest value and keeps the k below it. Only the count decides when a
+//! rebuild happens (DataSketches' smaller tables grow at half load and never rebuild), so the
+//! retained values and θ are those of DataSketches' `ThetaSketch` fed the same items in the same
+//! order, in exact and estimation mode, whatever the table size in between (ours starts smaller
+//! and doubles). The compact form keeps them all, untrimmed, as DataSketches' `compact()` does.
+//! A union pools the inputs' values below the smallest θ and, past 15k/8 of them, keeps the k
+//! smallest with θ the next one, whatever the order of the inputs. DataSketches' union trims
+//! its result to k values; ours keeps up to 15k/8, so that a union of exact sketches is exact
+//! wherever the sketch of all their items is, and [`Theta::trim`] of it is DataSketches' union
+//! result. Intersection and A-not-B keep what DataSketches' keep. Tested against the official
+//! crate in `datasketches::tests`.
 
 use super::bounds::poisson_interval;
 use super::{Estimate, ItemSketch, Sketch, SketchError, SketchKind};
@@ -38,8 +52,9 @@ const TWO_POW_63: f64 = 9_223_372_036_854_775_808.0;
 pub struct Theta {
     lg_k: u8,
     theta: u64,
-    /// Open-addressed hash table of retained values (0 = free). It grows to `2k` slots; at 3/4
-    /// load a rebuild cuts it back to `k` entries, so probes stay short.
+    /// Open-addressed hash table of retained values (0 = free), probed as DataSketches probes
+    /// (double hashing), which keeps probes short at its 15/16 load. It doubles at half load up
+    /// to `2k` slots; at that size a rebuild cuts it back to `k` entries past 15/16 load.
     table: Vec<u64>,
     count: usize,
 }
@@ -117,8 +132,20 @@ impl Theta {
         2 << self.lg_k
     }
 
+    /// The most values the sketch holds: 15/16 of its `2k` slots (DataSketches' rebuild
+    /// threshold); one more starts a rebuild.
     fn rebuild_threshold(&self) -> usize {
-        self.max_slots() * 3 / 4
+        capacity(self.lg_k)
+    }
+
+    /// The most values a table of `slots` holds before it grows (half of a table below `2k`
+    /// slots) or rebuilds (15/16 of the full one).
+    fn load_limit(&self, slots: usize) -> usize {
+        if slots < self.max_slots() {
+            slots / 2
+        } else {
+            self.rebuild_threshold()
+        }
     }
 
     /// Adds an item from its MurmurHash3 words.
@@ -133,23 +160,32 @@ impl Theta {
         if h == EMPTY || h >= self.theta {
             return;
         }
-        if (self.count + 1) * 4 > self.table.len() * 3 && self.table.len() < self.max_slots() {
-            self.resize(self.table.len() * 2);
-        }
         if self.place(h) {
             self.count += 1;
-            if self.count > self.rebuild_threshold() {
-                self.rebuild();
+            if self.count > self.load_limit(self.table.len()) {
+                if self.table.len() < self.max_slots() {
+                    self.resize(self.table.len() * 2);
+                } else {
+                    self.rebuild();
+                }
             }
         }
+    }
+
+    /// DataSketches' probe sequence: start at the low bits, step by an odd stride taken from
+    /// the 7 bits above them, so that colliding values part at once even at 15/16 load.
+    #[inline]
+    fn probe_start(h: u64, slots: usize) -> (usize, usize) {
+        let lg = slots.trailing_zeros();
+        let stride = 2 * ((h >> lg) & 0x7f) as usize + 1;
+        (h as usize & (slots - 1), stride)
     }
 
     /// Puts `h` in the table; false if it was already there.
     #[inline]
     fn place(&mut self, h: u64) -> bool {
         let mask = self.table.len() - 1;
-        // The high bits are uniform (the low bits too, but θ-filtering skews nothing either way).
-        let mut i = (h >> 20) as usize & mask;
+        let (mut i, stride) = Self::probe_start(h, self.table.len());
         loop {
             let slot = self.table[i];
             if slot == EMPTY {
@@ -159,13 +195,13 @@ impl Theta {
             if slot == h {
                 return false;
             }
-            i = (i + 1) & mask;
+            i = (i + stride) & mask;
         }
     }
 
     fn contains_hash(&self, h: u64) -> bool {
         let mask = self.table.len() - 1;
-        let mut i = (h >> 20) as usize & mask;
+        let (mut i, stride) = Self::probe_start(h, self.table.len());
         loop {
             let slot = self.table[i];
             if slot == EMPTY {
@@ -174,7 +210,7 @@ impl Theta {
             if slot == h {
                 return true;
             }
-            i = (i + 1) & mask;
+            i = (i + stride) & mask;
         }
     }
 
@@ -210,19 +246,21 @@ impl Theta {
         self.table.iter().copied().filter(|&h| h != EMPTY).collect()
     }
 
-    /// A sketch holding `values` (distinct, all below `theta`), cut back to `k` with a lower θ if
-    /// there are more than a sketch may hold. The table is sized once, not grown value by value.
-    fn from_distinct(lg_k: u8, theta: u64, mut values: Vec<u64>) -> Self {
+    /// A sketch holding `values` (distinct, all below `theta`), cut back to `k` with a lower θ
+    /// (the (k+1)-th smallest value) if there are more than `keep`. The table is sized once, not
+    /// grown value by value, to the size the update path would have grown it to.
+    fn from_distinct(lg_k: u8, theta: u64, mut values: Vec<u64>, keep: usize) -> Self {
         let mut out = Theta::with_lg_k(lg_k, theta);
-        if values.len() > out.rebuild_threshold() {
-            let k = out.nominal_entries();
+        let k = out.nominal_entries();
+        if values.len() > keep.max(k) {
             let (_, kth, _) = values.select_nth_unstable(k);
             out.theta = *kth;
             values.truncate(k);
         }
-        let slots = (values.len() * 4 / 3 + 1)
-            .next_power_of_two()
-            .clamp(MIN_SLOTS, out.max_slots());
+        let mut slots = MIN_SLOTS;
+        while values.len() > out.load_limit(slots) && slots < out.max_slots() {
+            slots *= 2;
+        }
         out.table = vec![EMPTY; slots];
         for v in values {
             out.place(v);
@@ -242,10 +280,14 @@ impl Theta {
             None => (theta, hashes),
         };
         let kept = kept.iter().copied().filter(|&h| h != EMPTY && h < theta);
-        Ok(Theta::from_distinct(lg_k, theta, kept.collect()))
+        Ok(Theta::from_distinct(lg_k, theta, kept.collect(), k))
     }
 
-    /// The sketch of the union of `sketches`: θ is the smallest θ, the values below it are pooled.
+    /// The sketch of the union of `sketches`: θ is the smallest θ, the values below it are
+    /// pooled, and past what a sketch holds (15k/8) the `k` smallest stay with θ the next one,
+    /// as a rebuild leaves them. DataSketches' union trims to `k` on every result; ours keeps
+    /// up to 15k/8 so that a union of exact sketches stays exact as long as the sketch of all
+    /// their items would, and [`Theta::trim`] of it is DataSketches' union result.
     pub fn union<'a>(sketches: impl IntoIterator<Item = &'a Theta>) -> Option<Theta> {
         let sketches: Vec<&Theta> = sketches.into_iter().collect();
         let lg_k = sketches.iter().map(|s| s.lg_k).min()?;
@@ -257,7 +299,16 @@ impl Theta {
             .collect();
         pooled.sort_unstable();
         pooled.dedup();
-        Some(Theta::from_distinct(lg_k, theta, pooled))
+        Some(Theta::from_distinct(lg_k, theta, pooled, capacity(lg_k)))
+    }
+
+    /// Cuts the sketch back to `k` values if it holds more (θ the (k+1)-th smallest), as
+    /// DataSketches' `trim` and its union's result do.
+    pub fn trim(&mut self) {
+        if self.count > self.nominal_entries() {
+            let values = self.values();
+            *self = Theta::from_distinct(self.lg_k, self.theta, values, self.nominal_entries());
+        }
     }
 
     /// The sketch of the intersection: values below the smallest θ present in every input.
@@ -271,7 +322,7 @@ impl Theta {
             .into_iter()
             .filter(|&v| v < theta && sketches.iter().all(|s| s.contains_hash(v)))
             .collect();
-        Some(Theta::from_distinct(lg_k, theta, common))
+        Some(Theta::from_distinct(lg_k, theta, common, capacity(lg_k)))
     }
 
     /// The sketch of `self` minus `other` (A not B): A's values below the smaller θ absent from B.
@@ -282,8 +333,15 @@ impl Theta {
             .into_iter()
             .filter(|&v| v < theta && !other.contains_hash(v))
             .collect();
-        Theta::from_distinct(self.lg_k.min(other.lg_k), theta, rest)
+        let lg_k = self.lg_k.min(other.lg_k);
+        Theta::from_distinct(lg_k, theta, rest, capacity(lg_k))
     }
+}
+
+/// The most values a sketch of `2^lg_k` nominal entries holds: 15/16 of its `2k` slots.
+fn capacity(lg_k: u8) -> usize {
+    let slots = 2usize << lg_k;
+    slots - slots / 16
 }
 
 impl PartialEq for Theta {
@@ -384,8 +442,7 @@ impl<'de> Deserialize<'de> for Theta {
         if !(MIN_LG_K..=MAX_LG_K).contains(&stored.lg_k) {
             return Err(D::Error::custom(format!("lg_k {}", stored.lg_k)));
         }
-        let limit = (2usize << stored.lg_k) * 3 / 4;
-        if stored.values.len() > limit {
+        if stored.values.len() > capacity(stored.lg_k) {
             return Err(D::Error::custom(
                 "more retained values than the sketch can hold",
             ));
@@ -400,7 +457,8 @@ impl<'de> Deserialize<'de> for Theta {
                 "retained values unsorted, repeated or above theta",
             ));
         }
-        let out = Theta::from_distinct(stored.lg_k, stored.theta, stored.values);
+        let keep = capacity(stored.lg_k);
+        let out = Theta::from_distinct(stored.lg_k, stored.theta, stored.values, keep);
         Ok(out)
     }
 }
@@ -440,7 +498,7 @@ mod tests {
         assert_eq!(t.estimate(), Estimate::exact(5_000.0));
         let big = sketch_of(0..1_000_000);
         assert!(!big.is_exact());
-        assert!(big.retained() >= 4096 && big.retained() <= 6144);
+        assert!(big.retained() >= 4096 && big.retained() <= 7680);
         let e = big.estimate();
         // One sketch, so only a gross error can be caught here: within 4 standard errors
         // (1/sqrt(retained)), which a correct sketch leaves with probability 6e-5. The interval's

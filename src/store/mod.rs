@@ -90,17 +90,21 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::Duration;
 
 /// The on-disk format this build writes. 5: records of sketches imported from DataSketches
-/// images (`X` keys, see `imported`); a build that reads only 4 would rebuild such a set from
-/// the log without them, so the version tells it instead. 4: log blocks compressed (block layout 2) and
+/// images (`X` keys, see `imported`), which a build that reads only 4 would leave out of a set
+/// it rebuilds from the log; HyperLogLogs built by updates store their HIP accumulator
+/// (`HyperLogLog::VERSION` 2); Theta sketches hold up to 15/16 of their 2k slots
+/// (DataSketches' rebuild point, where 4 stopped at 3/4), which a format-4 build would take for
+/// damage. 4: log blocks compressed (block layout 2) and
 /// reservoirs holding log sequence numbers ([`Sample`]); a build that reads only 3 would take
 /// those for damage, so the version tells it instead. 3: Bloom filters (the all-time one too)
 /// and Count-Min sketches start in exact forms, a changed layout. 2: Count-Min rows hashed by
 /// independent SHA-256 words instead of double hashing (a version-1 store's Count-Min tables
 /// would be read under the wrong columns, so it is refused with its version named).
 pub const FORMAT_VERSION: u32 = 5;
-/// The oldest format this build reads: a format-3 store differs only in what 4 added, and both
-/// forms of blocks and reservoirs are read; a format-4 store has no `X` keys. Opening one
-/// records it as format 5 before anything is written in the new forms.
+/// The oldest format this build reads: a format-3 or -4 store differs only in what 4 and 5
+/// added (a format-4 store has no `X` keys), and every form of blocks, reservoirs and
+/// HyperLogLogs is read. Opening one records it as format 5 before anything is written in the
+/// new forms.
 pub const OLDEST_FORMAT: u32 = 3;
 /// The blob kind of the store's metadata records (format version, config, checkpoint).
 pub const META_KIND: u8 = kinds::META.blob;

@@ -268,8 +268,8 @@ impl Config {
             BloomFilter::optimal_size(s.bloom_capacity, s.bloom_fpr).map_err(StoreError::Config)?;
         let (w, d) =
             CountMin::dimensions(s.cms_epsilon, s.cms_delta).map_err(StoreError::Config)?;
-        // A Theta blob stores at most the 3/4 of its 2k slots a rebuild allows, 8 bytes each.
-        let theta = u64::from(s.theta_nominal_entries) * 12;
+        // A Theta blob stores at most the 15/16 of its 2k slots a rebuild allows, 8 bytes each.
+        let theta = u64::from(s.theta_nominal_entries) * 15;
         let blobs = [
             (
                 "bloom filter",

@@ -1173,6 +1173,48 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// A format-4 store holds HyperLogLogs without HIP accumulators (layout 1): they are read,
+    /// answering from their registers, the store is recorded as format 5 on open, and it checks
+    /// clean. (The format-3 test below covers 3.)
+    #[test]
+    fn a_format_four_store_is_read_and_recorded_as_format_five() {
+        let dir = tempdir("format-4");
+        let store = Store::create(&dir, config()).expect("create");
+        store.ingest_batch(&with_extra(0, 5_000)).expect("ingest");
+        store.checkpoint().expect("checkpoint");
+        let whole = |store: &Store| {
+            let m = store
+                .merged_hll(&Slice::Whole, &TimeRange::all())
+                .expect("hll");
+            assert_eq!(m.buckets, 1, "one bucket, so nothing merged");
+            m.sketch.expect("a sketch")
+        };
+        let hll = whole(&store);
+        assert!(hll.hip_estimate().is_some(), "built by updates");
+        let bucket = store.config.bucket.bucket_of(events(0, 1)[0].time);
+        poke(
+            &store,
+            &keys::sketch(Part::Hll, keys::WHOLE, bucket),
+            Some(hll.encode_layout_1()),
+        );
+        poke(
+            &store,
+            &keys::meta("format"),
+            Some(Store::blob(&dir, &4u32).expect("blob")),
+        );
+        drop(store);
+        let store = Store::open(&dir).expect("a format-4 store opens");
+        let format: Option<u32> = Store::read_meta(&store.engine, "format").expect("read");
+        assert_eq!(format, Some(FORMAT_VERSION));
+        let old = whole(&store);
+        assert!(old.hip_estimate().is_none());
+        assert_eq!(old.estimate(), hll.register_estimate());
+        let report = store.check().expect("check");
+        assert!(report.damaged.is_empty(), "{:?}", report.damaged);
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// A format-3 store holds reservoirs of whole events: they are read as kept samples, the
     /// store is recorded in the current format on open, and it checks clean.
     #[test]
