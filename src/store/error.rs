@@ -78,6 +78,24 @@ pub enum StoreError {
     /// pieces to stay within the memory budget): it cannot commit, and is rolled back.
     #[error("{path}: the import failed part way and was rolled back: {reason}")]
     ImportFailed { path: PathBuf, reason: String },
+    /// [`Store::merge_from`](super::Store::merge_from) was given stores that hold different
+    /// things: `setting` differs. Nothing was read or written.
+    #[error("cannot merge {input} into {output}: their {setting} differs ({input_value} in {input}, {output_value} in {output}); only stores of the same configuration merge")]
+    MergeMismatch {
+        output: String,
+        input: String,
+        setting: &'static str,
+        output_value: String,
+        input_value: String,
+    },
+    /// An input of [`Store::merge_from`](super::Store::merge_from) could not be merged (damaged,
+    /// the output itself, given twice, ...); the output was left as it was.
+    #[error("merge input {input}: {source}; nothing was merged (the output is unchanged)", input = input.display())]
+    MergeInput {
+        input: PathBuf,
+        #[source]
+        source: Box<StoreError>,
+    },
     #[error("{0}")]
     Query(String),
 }
