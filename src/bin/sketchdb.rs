@@ -765,7 +765,8 @@ fn merge_cmd(a: MergeArgs, wait: Duration) -> Outcome {
     let out = if existed {
         open_to(&a.out, "merge into", wait)?
     } else {
-        Store::create(&a.out, first.config().clone()).map_err(|e| naming(&a.out, "create", e.into()))?
+        Store::create(&a.out, first.config().clone())
+            .map_err(|e| naming(&a.out, "create", e.into()))?
     };
     if let Some(seed) = a.seed {
         out.seed_samples(seed)?;
