@@ -81,6 +81,10 @@ struct Landed {
     at: u64,
 }
 
+/// A set named across stores: its bucket and its tag's name (`None`: the whole stream), in the
+/// order the merge visits sets.
+type SetOf = (i64, Option<String>);
+
 /// The output position of an input's event `seq`, from the input's landed blocks (sorted by
 /// `first`).
 fn landed_at(landed: &[Landed], seq: u64) -> Option<u64> {
@@ -286,7 +290,7 @@ fn merge_into(
     imp.events += summary.events;
 
     // The sets, in bucket order, each merged from every input holding it.
-    let mut sets: BTreeMap<(i64, Option<String>), Vec<(usize, u32)>> = BTreeMap::new();
+    let mut sets: BTreeMap<SetOf, Vec<(usize, u32)>> = BTreeMap::new();
     for (i, (&input, h)) in inputs.iter().zip(&held).enumerate() {
         for (tag, bucket) in input.all_sets(h).map_err(of_input(input))? {
             let name = match tag {
