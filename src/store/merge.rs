@@ -622,7 +622,7 @@ mod tests {
                         .sketch_set(&slice, bucket)
                         .expect("read")
                         .expect("a set");
-                    for item in items.iter().step_by(7) {
+                    for item in items.iter().step_by(23) {
                         let (m, r) = (m.cms.count(item.as_bytes()), r.cms.count(item.as_bytes()));
                         // Standard tables add up to the whole stream's table. Conservative
                         // ones add up to a table whose estimate is at least the truth (a min
@@ -858,6 +858,75 @@ mod tests {
             (equal - mean[2]).abs() > z * var[2].sqrt(),
             "equal shares would pass"
         );
+    }
+
+    /// Stores with retention keep their samples as events and may have dropped old raw events:
+    /// the merge keeps the sketches whole, says raw events are retained only from the latest
+    /// of the workers' times, merges the all-time filters layer by layer (every item still
+    /// found), and its samples are the workers' events.
+    #[test]
+    fn stores_with_retention_merge_their_kept_samples_and_retained_times() {
+        let config = Config {
+            retention_ms: Some(DAY_MS / 2),
+            ..cfg(true)
+        };
+        let (all, reference, workers) = stores(&config);
+        let inputs: Vec<&Store> = workers.iter().map(|(s, _)| s).collect();
+        for w in &inputs {
+            w.checkpoint().expect("checkpoint");
+        }
+        let retained: Vec<Option<i64>> = inputs
+            .iter()
+            .map(|w| w.raw_events_retained_from().expect("retained"))
+            .collect();
+        // The large workers dropped raw events; the small one's blocks all reach the last day.
+        assert!(retained.iter().any(Option::is_some), "{retained:?}");
+        let merged = Store::create_with(Box::new(MemEngine::new()), config).expect("out");
+        let summary = merged.merge_from(&inputs, &mut |_| {}).expect("merge");
+        assert_eq!(
+            summary.samples_repointed, 0,
+            "kept samples are not positions"
+        );
+        assert!(
+            summary.events < all.len() as u64,
+            "retention dropped nothing"
+        );
+        assert_eq!(
+            merged.raw_events_retained_from().expect("retained"),
+            retained.iter().copied().max().flatten()
+        );
+        let every = TimeRange::all();
+        for slice in slices() {
+            assert_eq!(
+                merged.count(&slice, &every).expect("count"),
+                reference.count(&slice, &every).expect("count"),
+                "{}",
+                slice.name()
+            );
+            assert!(
+                merged.merged_hll(&slice, &every).expect("hll").sketch
+                    == reference.merged_hll(&slice, &every).expect("hll").sketch
+            );
+        }
+        for e in all.iter().step_by(97) {
+            let seen = merged
+                .membership(&Slice::Whole, &every, &e.item)
+                .expect("seen");
+            assert!(seen.maybe, "{} lost from the all-time filter", e.item);
+        }
+        let ingested: BTreeSet<_> = all.iter().map(|e| (e.time, &e.item, &e.extra)).collect();
+        let mut rng = StdRng::seed_from_u64(2);
+        for bucket in buckets(&merged) {
+            let range = TimeRange::between(bucket, bucket + DAY_MS);
+            let (got, _) = merged
+                .sample(&Slice::Whole, &range, 50, &mut rng)
+                .expect("sample");
+            assert!(!got.is_empty());
+            for e in &got {
+                assert!(ingested.contains(&(e.time, &e.item, &e.extra)), "{e:?}");
+            }
+        }
+        assert!(merged.check().expect("check").is_clean());
     }
 
     /// What a test can compare of a store's state: every key and value.
