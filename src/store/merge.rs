@@ -311,9 +311,20 @@ fn merge_into(
         }
     }
     let total = sets.len() as u64;
+    // The bytes of sets held, kept up to date as sets load and grow: summing every held set
+    // after each merged one (as `stage_over_budget` does) made a merge of 54,000 sets
+    // quadratic (217 s for 300,000 events in hour buckets with a contract tag).
+    let mut held_bytes = Store::sets_bytes(st);
+    let size_of =
+        |st: &super::state::State, key| st.sets.get(&key).map_or(0, |a| a.set.size_bytes());
     for ((bucket, name), from) in sets {
         let tag = name.as_deref().map_or(keys::WHOLE, |n| st.tags.intern(n));
+        let was_held = st.sets.contains_key(&(tag, bucket));
         out.ensure_loaded(st, tag, bucket)?;
+        let loaded = size_of(st, (tag, bucket));
+        if !was_held {
+            held_bytes += loaded;
+        }
         for (i, their_tag) in from {
             let (input, h) = (inputs[i], &held[i]);
             let name_of = |part: Part| input.blob_name(&h.tags, part, their_tag, bucket);
@@ -373,7 +384,11 @@ fn merge_into(
             active.last_used = clock;
         }
         st.modified.insert((tag, bucket), clock);
-        out.stage_over_budget(st)?;
+        held_bytes = held_bytes.saturating_sub(loaded) + size_of(st, (tag, bucket));
+        if held_bytes > out.config.memory_budget / 2 {
+            out.stage_over_budget(st)?;
+            held_bytes = Store::sets_bytes(st);
+        }
         summary.sets += 1;
         progress(MergeProgress {
             phase: MergePhase::Sets,
