@@ -137,6 +137,10 @@ impl Store {
     /// Refused before anything is read: this store among the inputs, or one input given twice
     /// (as the same `Store` or the same directory), since its events would count twice. Two
     /// separate calls merging the same input cannot be told apart and do count it twice.
+    ///
+    /// It holds this store, then each input in the order given, until it ends: calls on them
+    /// from other threads wait. Two merges at once, each into a store the other reads, would
+    /// wait for each other for good; run merges one after another.
     pub fn merge_from(
         &self,
         inputs: &[&Store],
