@@ -128,6 +128,23 @@ sketchdb --db tx.db export --sketch hll --hll-bits 6 --base64"
 sketchdb --db a.db export --sketch theta --base64 | sketchdb --db b.db import-sketch --at 2026-12-01 -"
     )]
     ImportSketch(ImportSketchArgs),
+    /// Merge stores of the same configuration (one per worker) into one, all or nothing
+    #[command(
+        long_about = "Merges the input stores into OUT as if OUT had ingested every input's events: exact \
+counts added, HyperLogLog registers by max, Theta by union, Count-Min tables added with the heavy hitters \
+re-estimated, Bloom filters by union, samples drawn from each input in proportion to its events, raw \
+event logs appended in time order.\n\n\
+OUT is created with the inputs' configuration if it does not exist; an existing OUT (of the same \
+configuration) is added to, so a new worker's store can be folded into a merged one. The inputs \
+are only read. Stores whose configuration differs (item or tag fields, bucket width, any sketch \
+parameter, retention, lowercasing) are refused, naming the setting. All or nothing: on any error \
+OUT is left as it was (a new OUT is removed). Merging the same input into OUT in two runs counts \
+it twice: sketchdb cannot tell.",
+        after_help = "Examples:\n  sketchdb merge all.db worker1.db worker2.db worker3.db\n  \
+sketchdb merge all.db worker4.db            (fold a new worker into the merged store)\n  \
+sketchdb merge --seed 7 all.db w1.db w2.db  (reproducible samples)"
+    )]
+    Merge(MergeArgs),
     /// Build a demo store, ingest the reference's streams and run its cheat sheet as queries
     #[command(
         after_help = "Examples:\n  sketchdb demo                 (store in ./sketchdb-demo.db, replaced on each run)\n  \
@@ -297,6 +314,22 @@ struct ImportSketchArgs {
     /// How the input holds the image
     #[arg(long, value_enum, default_value = "auto")]
     encoding: ImageEncoding,
+}
+
+#[derive(Args)]
+struct MergeArgs {
+    /// The output store: created if it does not exist, else merged into
+    #[arg(value_name = "OUT")]
+    out: PathBuf,
+    /// The stores to merge into it (only read)
+    #[arg(value_name = "IN", required = true)]
+    inputs: Vec<PathBuf>,
+    /// Seed for the merged samples' draws, for a reproducible merge
+    #[arg(long, value_name = "N")]
+    seed: Option<u64>,
+    /// No progress display, even on a terminal
+    #[arg(long, short)]
+    quiet: bool,
 }
 
 #[derive(Args)]
@@ -473,6 +506,7 @@ fn run(cli: Cli) -> Outcome {
         Some(Command::Repair(a)) => repair_cmd(&db(), a, wait),
         Some(Command::Export(a)) => export_cmd(&db(), a, wait),
         Some(Command::ImportSketch(a)) => import_sketch_cmd(&db(), a, wait),
+        Some(Command::Merge(a)) => merge_cmd(a, wait),
         Some(Command::Demo(a)) => {
             let path = cli.db.clone().unwrap_or_else(|| PathBuf::from(DEMO_DB));
             let stdout = std::io::stdout();
@@ -768,6 +802,117 @@ fn import_sketch_cmd(path: &Path, a: ImportSketchArgs, wait: Duration) -> Outcom
         )
         .map_err(|e| e.to_string()),
     )
+}
+
+/// An open error for `what` at `path`, saying which store unless the error already does.
+fn naming(path: &Path, what: &str, Failure(e): Failure) -> Failure {
+    let shown = path.display().to_string();
+    if e.contains(&shown) {
+        Failure(format!("cannot {what}: {e}"))
+    } else {
+        Failure(format!("cannot {what} {shown}: {e}"))
+    }
+}
+
+fn merge_cmd(a: MergeArgs, wait: Duration) -> Outcome {
+    use sketchdb::store::{MergePhase, MergeProgress};
+    // Refused before anything is opened: a second open of one directory would find it held by
+    // this very process. The library refuses the same again for its callers.
+    let canonical = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    let out_at = canonical(&a.out);
+    for (i, input) in a.inputs.iter().enumerate() {
+        let at = canonical(input);
+        if at == out_at {
+            return Err(Failure(format!(
+                "{} is the output store: a store cannot be merged into itself",
+                input.display()
+            )));
+        }
+        if a.inputs[..i].iter().any(|e| canonical(e) == at) {
+            return Err(Failure(format!(
+                "{} is given twice: its events would be counted twice",
+                input.display()
+            )));
+        }
+    }
+    let mut inputs = Vec::with_capacity(a.inputs.len());
+    for path in &a.inputs {
+        no_store(path).map_err(|e| naming(path, "merge", e))?;
+        let store =
+            Store::open_with_wait(path, wait).map_err(|e| naming(path, "merge", held(e, wait)))?;
+        inputs.push(store);
+    }
+    let first = &inputs[0];
+    for (path, input) in a.inputs.iter().zip(&inputs).skip(1) {
+        if let Some((setting, x, y)) = first.config().merge_difference(input.config()) {
+            return Err(Failure(format!(
+                "cannot merge {} with {}: their {setting} differs ({x} in {}, {y} in {}); only stores of the same configuration merge",
+                a.inputs[0].display(),
+                path.display(),
+                a.inputs[0].display(),
+                path.display()
+            )));
+        }
+    }
+    refuse_foreign_directory(&a.out)?;
+    let existed = a.out.join("db").exists() || a.out.join("conf").exists();
+    let out = if existed {
+        open_to(&a.out, "merge into", wait)?
+    } else {
+        Store::create(&a.out, first.config().clone())
+            .map_err(|e| naming(&a.out, "create", e.into()))?
+    };
+    if let Some(seed) = a.seed {
+        out.seed_samples(seed)?;
+    }
+    let show = !a.quiet && std::io::stderr().is_terminal();
+    let bar = show.then(|| progress_bar(None));
+    let started = std::time::Instant::now();
+    let mut report = |p: MergeProgress| {
+        let Some(bar) = &bar else { return };
+        bar.set_message(match p.phase {
+            MergePhase::Log => format!(
+                "raw events: {} of {}",
+                thousands(p.done as f64),
+                thousands(p.total as f64)
+            ),
+            MergePhase::Sets => format!(
+                "sketch sets: {} of {}",
+                thousands(p.done as f64),
+                thousands(p.total as f64)
+            ),
+            MergePhase::Committing => "committing in one synced write".to_string(),
+        });
+    };
+    let refs: Vec<&Store> = inputs.iter().collect();
+    let merged = out.merge_from(&refs, &mut report);
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
+    }
+    let summary = match merged {
+        Ok(s) => s,
+        Err(e) => {
+            if !existed {
+                // Nothing of a new OUT should remain after a failed merge.
+                drop(out);
+                let _ = std::fs::remove_dir_all(&a.out);
+            }
+            return Err(Failure(e.to_string()));
+        }
+    };
+    println!(
+        "merged {} store{} into {}{}: {} events ({} log blocks), {} sketch sets, {} samples re-pointed, in {:.2} s",
+        summary.inputs,
+        if summary.inputs == 1 { "" } else { "s" },
+        a.out.display(),
+        if existed { "" } else { " (new)" },
+        thousands(summary.events as f64),
+        thousands(summary.blocks as f64),
+        thousands(summary.sets as f64),
+        thousands(summary.samples_repointed as f64),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
 }
 
 fn parse_hll_bits(s: &str) -> Result<u8, String> {

@@ -368,6 +368,7 @@ impl Store {
             newest: None,
             deferred_error: None,
             log_retained_from: None,
+            retained_from_unsaved: false,
             importing: false,
             staged: Default::default(),
             stale_staged: Default::default(),

@@ -99,6 +99,14 @@ impl Store {
             self.engine.put(&mut batch, key, value)?;
         }
         let expired = self.expire_into(st, pos, &mut batch)?;
+        if let (None, true, Some(from)) = (expired, st.retained_from_unsaved, st.log_retained_from)
+        {
+            self.engine.put(
+                &mut batch,
+                keys::meta("retained_from"),
+                Self::blob(&self.path, &from)?,
+            )?;
+        }
         self.engine.apply(batch)?;
         self.engine.sync()?;
         Self::after_log_written(st);
@@ -111,6 +119,7 @@ impl Store {
         }
         st.checkpoint_pos = pos;
         st.since_checkpoint = 0;
+        st.retained_from_unsaved = false;
         if staged {
             st.staged.clear();
             st.stale_staged.clear();

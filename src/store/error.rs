@@ -82,6 +82,24 @@ pub enum StoreError {
     /// precision below the store's): nothing was changed.
     #[error("cannot import the DataSketches image: {0}")]
     Image(#[from] crate::sketch::datasketches::ImageError),
+    /// [`Store::merge_from`](super::Store::merge_from) was given stores that hold different
+    /// things: `setting` differs. Nothing was read or written.
+    #[error("cannot merge {input} into {output}: their {setting} differs ({input_value} in {input}, {output_value} in {output}); only stores of the same configuration merge")]
+    MergeMismatch {
+        output: String,
+        input: String,
+        setting: &'static str,
+        output_value: String,
+        input_value: String,
+    },
+    /// An input of [`Store::merge_from`](super::Store::merge_from) could not be merged (damaged,
+    /// the output itself, given twice, ...); the output was left as it was.
+    #[error("merge input {input}: {source}; nothing was merged (the output is unchanged)", input = input.display())]
+    MergeInput {
+        input: PathBuf,
+        #[source]
+        source: Box<StoreError>,
+    },
     #[error("{0}")]
     Query(String),
     /// A read found a set rewritten after the snapshot it read from was published (see

@@ -333,6 +333,35 @@ pub(super) fn decode_imported(bytes: &[u8]) -> std::result::Result<ImportedRecor
     Ok(r)
 }
 
+impl Snapshot<'_> {
+    /// How many sets of `slice` with buckets overlapping `range` hold imported sketches (items
+    /// the raw log does not have), by family.
+    pub fn imported_sets(&self, slice: &Slice, range: &TimeRange) -> ImportedSets {
+        let tag = match slice {
+            Slice::Whole => keys::WHOLE,
+            Slice::Tag { .. } => match self.view.tags.id(&slice.name()) {
+                Some(id) => id,
+                None => return ImportedSets::default(),
+            },
+        };
+        let width = self.store.config.bucket.millis();
+        let overlaps = |b: i64| {
+            range.start.is_none_or(|s| b.saturating_add(width) > s)
+                && range.end.is_none_or(|e| b < e)
+        };
+        let mut out = ImportedSets::default();
+        for (_, &f) in self
+            .view
+            .imported
+            .range((tag, i64::MIN)..=(tag, i64::MAX))
+            .filter(|&(&(_, b), _)| overlaps(b))
+        {
+            out += f;
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -557,34 +586,5 @@ mod tests {
         assert!(store.check().expect("check").damaged.is_empty());
         drop(store);
         let _ = std::fs::remove_dir_all(&dir);
-    }
-}
-
-impl Snapshot<'_> {
-    /// How many sets of `slice` with buckets overlapping `range` hold imported sketches (items
-    /// the raw log does not have), by family.
-    pub fn imported_sets(&self, slice: &Slice, range: &TimeRange) -> ImportedSets {
-        let tag = match slice {
-            Slice::Whole => keys::WHOLE,
-            Slice::Tag { .. } => match self.view.tags.id(&slice.name()) {
-                Some(id) => id,
-                None => return ImportedSets::default(),
-            },
-        };
-        let width = self.store.config.bucket.millis();
-        let overlaps = |b: i64| {
-            range.start.is_none_or(|s| b.saturating_add(width) > s)
-                && range.end.is_none_or(|e| b < e)
-        };
-        let mut out = ImportedSets::default();
-        for (_, &f) in self
-            .view
-            .imported
-            .range((tag, i64::MIN)..=(tag, i64::MAX))
-            .filter(|&(&(_, b), _)| overlaps(b))
-        {
-            out += f;
-        }
-        out
     }
 }

@@ -38,19 +38,67 @@ impl Store {
             if !wanted(&info) {
                 continue;
             }
-            let block =
-                self.engine
-                    .get(&keys::log(first))?
-                    .ok_or_else(|| StoreError::DamagedLog {
-                        name: format!("log block at event {first}"),
-                        detail: "missing".into(),
-                    })?;
-            log::decode_block(&block, &mut each).map_err(|detail| StoreError::DamagedLog {
-                name: format!("log block at event {first}"),
-                detail,
-            })?;
+            self.read_block(first, &mut each)?;
         }
         Ok(true)
+    }
+
+    /// The summaries of the log's blocks, in sequence order (one index entry each, a few
+    /// dozen bytes per 4,096 events), for a caller that walks blocks at its own pace, such as
+    /// a merge interleaving several stores' logs.
+    pub(super) fn log_blocks(&self) -> Result<Vec<log::BlockInfo>> {
+        let mut out = Vec::new();
+        for entry in self.engine.prefix(&[keys::INDEX]) {
+            let (k, v) = entry?;
+            let first = keys::seq_of(&k).unwrap_or(0);
+            out.push(
+                log::BlockInfo::decode(&v).map_err(|detail| StoreError::DamagedLog {
+                    name: format!("log block index at event {first}"),
+                    detail,
+                })?,
+            );
+        }
+        Ok(out)
+    }
+
+    /// Calls `each` for every event of the block starting at event `first`.
+    pub(super) fn read_block(
+        &self,
+        first: u64,
+        each: &mut impl FnMut(&log::LogEvent<'_>),
+    ) -> Result<()> {
+        let block = self
+            .engine
+            .get(&keys::log(first))?
+            .ok_or_else(|| StoreError::DamagedLog {
+                name: format!("log block at event {first}"),
+                detail: "missing".into(),
+            })?;
+        log::decode_block(&block, each).map_err(|detail| StoreError::DamagedLog {
+            name: format!("log block at event {first}"),
+            detail,
+        })?;
+        Ok(())
+    }
+
+    /// Appends one event to the open log block (its sequence number is `st.next_seq`), writing
+    /// the block early once it is full. `tags` are the event's ids in this store's dictionary;
+    /// `fingerprint` is any stable 64-bit hash of the item (the block's item dictionary uses it).
+    pub(super) fn append_to_log(
+        &self,
+        st: &mut State,
+        time: i64,
+        item: &str,
+        fingerprint: u64,
+        tags: &[u32],
+        extra: &str,
+    ) {
+        st.next_seq += 1;
+        st.newest = Some(st.newest.map_or(time, |n| n.max(time)));
+        st.open_block.push(time, item, fingerprint, tags, extra);
+        if st.open_block.is_full() {
+            self.write_full_block(st);
+        }
     }
 
     pub(crate) fn to_event(ev: &log::LogEvent<'_>, tags: &TagDict) -> Event {

@@ -28,6 +28,7 @@
 //! | `import` | all-or-nothing imports |
 //! | `imported` | sketches imported from Apache DataSketches images, and the record kept of them |
 //! | `stage` | an import within the memory budget: pieces, staged (`G`) sets, the commit's roll-forward |
+//! | `merge` | [`Store::merge_from`]: other stores of the same configuration folded in, as an import |
 //! | `recovery` | opening: metadata, dictionary, replay |
 //! | `ack` | the acknowledgement record: how far the log was acknowledged, checked at open |
 //! | `check` | `check` (every stored value and the log, damage named) and `repair` (sets rebuilt from the log) |
@@ -47,6 +48,7 @@ pub mod keys;
 pub mod kinds;
 pub mod log;
 mod logio;
+mod merge;
 pub mod model;
 pub mod ops;
 mod recovery;
@@ -68,6 +70,7 @@ pub use error::{Result, StoreError};
 pub use holder::{HeldBy, Holder};
 pub use import::Import;
 pub use imported::SketchImport;
+pub use merge::{MergePhase, MergeProgress, MergeSummary};
 pub use model::{
     lowercase_item, BucketWidth, Config, Event, Sample, Slice, TimeRange, MAX_TIME, MIN_TIME,
     RANGE_LIMIT,

@@ -307,6 +307,106 @@ impl Config {
     }
 }
 
+impl Config {
+    /// The first setting that decides what a store holds in which `self` and `other` differ,
+    /// as `(setting, self's value, other's value)`; `None` when stores of the two can be merged
+    /// ([`super::Store::merge_from`]). Compared: the item field, the tag fields (as a set: ids
+    /// are per store and events name their tags), the bucket width, every sketch parameter,
+    /// retention (it decides whether samples are log positions or events) and item
+    /// lowercasing. Not compared: the memory budget, checkpoint interval and cache sizes, which
+    /// are how one process runs a store, not what it holds.
+    pub fn merge_difference(&self, other: &Config) -> Option<(&'static str, String, String)> {
+        let tags = |c: &Config| {
+            let mut t = c.tag_fields.clone();
+            t.sort();
+            t
+        };
+        let s = &self.sketches;
+        let o = &other.sketches;
+        let settings: [(&'static str, String, String); 14] = [
+            (
+                "item field",
+                self.item_field.clone(),
+                other.item_field.clone(),
+            ),
+            ("tag fields", tags(self).join(", "), tags(other).join(", ")),
+            (
+                "bucket width",
+                format!("{:?}", self.bucket),
+                format!("{:?}", other.bucket),
+            ),
+            (
+                "bloom capacity",
+                s.bloom_capacity.to_string(),
+                o.bloom_capacity.to_string(),
+            ),
+            (
+                "bloom false-positive rate",
+                s.bloom_fpr.to_string(),
+                o.bloom_fpr.to_string(),
+            ),
+            (
+                "hll precision",
+                s.hll_precision.to_string(),
+                o.hll_precision.to_string(),
+            ),
+            (
+                "theta nominal entries",
+                s.theta_nominal_entries.to_string(),
+                o.theta_nominal_entries.to_string(),
+            ),
+            (
+                "count-min epsilon",
+                s.cms_epsilon.to_string(),
+                o.cms_epsilon.to_string(),
+            ),
+            (
+                "count-min delta",
+                s.cms_delta.to_string(),
+                o.cms_delta.to_string(),
+            ),
+            (
+                "count-min update rule",
+                update_rule(s.cms_conservative),
+                update_rule(o.cms_conservative),
+            ),
+            ("top-k", s.top_k.to_string(), o.top_k.to_string()),
+            (
+                "reservoir size",
+                s.reservoir_size.to_string(),
+                o.reservoir_size.to_string(),
+            ),
+            (
+                "retention",
+                retention(self.retention_ms),
+                retention(other.retention_ms),
+            ),
+            (
+                "item lowercasing",
+                self.lowercase_items.to_string(),
+                other.lowercase_items.to_string(),
+            ),
+        ];
+        settings.into_iter().find(|(_, a, b)| a != b)
+    }
+}
+
+fn update_rule(conservative: bool) -> String {
+    if conservative {
+        "conservative"
+    } else {
+        "standard"
+    }
+    .to_string()
+}
+
+fn retention(ms: Option<i64>) -> String {
+    ms.map_or_else(
+        || "none (every raw event kept)".into(),
+        |ms| format!("{ms} ms"),
+    )
+}
+
 /// A field name the query language can name: see [`Config::validate`].
 fn check_name(what: &str, name: &str) -> Result<()> {
     let ok_char = |c: char| c.is_alphanumeric() || c == '_' || c == '-' || c == '.';

@@ -302,7 +302,7 @@ impl Snapshot<'_> {
     /// `read` of a set the view does not hold, checked against the set's stored header read
     /// after it: a log position past the view's end means a checkpoint rewrote the set since
     /// the view was published ([`StoreError::Stale`]).
-    fn from_disk<T>(&self, tag: u32, bucket: i64, read: impl FnOnce() -> Result<T>) -> Result<T> {
+    fn read_stored<T>(&self, tag: u32, bucket: i64, read: impl FnOnce() -> Result<T>) -> Result<T> {
         let value = read()?;
         let header = self.store.read_header(&self.view.tags, tag, bucket)?;
         if header.is_some_and(|(_, log_pos)| log_pos > self.view.end_seq) {
@@ -346,7 +346,7 @@ impl Snapshot<'_> {
         if let Some(set) = self.view.sets.get(&(tag, bucket)) {
             return Ok(Some(S::pick(set).clone()));
         }
-        self.from_disk(tag, bucket, || {
+        self.read_stored(tag, bucket, || {
             self.store
                 .read_part::<S>(&self.view.tags, S::PART, tag, bucket)
         })
@@ -375,7 +375,7 @@ impl Snapshot<'_> {
         if let Some(set) = self.view.sets.get(&(tag, bucket)) {
             return Ok(Some(SketchSet::clone(set)));
         }
-        self.from_disk(tag, bucket, || {
+        self.read_stored(tag, bucket, || {
             Ok(self
                 .store
                 .read_set(&self.view.tags, tag, bucket)?
@@ -505,7 +505,7 @@ impl Snapshot<'_> {
             match self.view.sets.get(&(tag, b)) {
                 Some(set) => add(&set.bloom),
                 None => {
-                    let stored = self.from_disk(tag, b, || {
+                    let stored = self.read_stored(tag, b, || {
                         self.store
                             .read_part::<BloomFilter>(&self.view.tags, Part::Bloom, tag, b)
                     })?;
@@ -643,7 +643,7 @@ impl Snapshot<'_> {
         for &b in &buckets {
             let r = match self.view.sets.get(&(tag, b)) {
                 Some(set) => set.reservoir.clone(),
-                None => match self.from_disk(tag, b, || {
+                None => match self.read_stored(tag, b, || {
                     self.store.read_reservoir(&self.view.tags, tag, b)
                 })? {
                     Some(r) => r,

@@ -212,6 +212,7 @@ impl Store {
             newest: None,
             deferred_error: None,
             log_retained_from,
+            retained_from_unsaved: false,
             importing: false,
             staged: BTreeSet::new(),
             stale_staged: BTreeSet::new(),

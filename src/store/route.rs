@@ -197,18 +197,14 @@ impl Store {
         for ((event, item), &end) in events.iter().zip(&items).zip(&tag_ends) {
             let ids = &tag_ids[start..end];
             start = end;
-            st.next_seq += 1;
-            st.newest = Some(st.newest.map_or(event.time, |n| n.max(event.time)));
-            st.open_block.push(
+            self.append_to_log(
+                st,
                 event.time,
                 &event.item,
                 item.hashes.murmur[0],
                 ids,
                 &event.extra,
             );
-            if st.open_block.is_full() {
-                self.write_full_block(st);
-            }
         }
         st.all_time_pos = st.next_seq;
         st.since_checkpoint += events.len() as u64;

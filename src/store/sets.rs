@@ -218,6 +218,22 @@ impl Store {
         Some(x)
     }
 
+    /// Every set the store holds, as `(tag, bucket)` in key order: the stored ones (one scan of
+    /// the set headers) and those so far only in memory.
+    pub(super) fn all_sets(&self, st: &State) -> Result<Vec<(u32, i64)>> {
+        let mut out = Vec::new();
+        for entry in self.engine.prefix(&[keys::SKETCH, Part::Header as u8]) {
+            let (k, _) = entry?;
+            if let Some(set) = keys::parse_sketch(&k) {
+                out.push(set);
+            }
+        }
+        out.extend(st.sets.keys().copied());
+        out.sort_unstable();
+        out.dedup();
+        Ok(out)
+    }
+
     /// Makes sure the set for (tag, bucket) is in memory, loading it or creating it empty. A
     /// set the running import staged (see `store::stage`) is read back from its `G` keys, and
     /// is dirty: that version is not committed.

@@ -122,6 +122,9 @@ pub(crate) struct State {
     pub(super) newest: Option<i64>,
     /// Events older than this were dropped from the log by retention.
     pub(crate) log_retained_from: Option<i64>,
+    /// `log_retained_from` was raised by something other than expiry (a merge whose inputs had
+    /// dropped raw events): the next checkpoint records it.
+    pub(super) retained_from_unsaved: bool,
     /// Inside [`Store::import`]: nothing may reach the disk until it commits, so checkpoints
     /// and log writes wait.
     pub(super) importing: bool,
