@@ -9,30 +9,12 @@ use datasketches::theta::CompactThetaSketch;
 use sketchdb::sketch::Sketch;
 use sketchdb::store::{Slice, Store, TimeRange};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use support::tempdir;
+use support::{ok_on as ok, run_on as run};
 
 const BIN: &str = env!("CARGO_BIN_EXE_sketchdb");
 const DAY0: i64 = 1_796_083_200_000; // 2026-12-01T00:00:00Z
-
-fn run(db: &Path, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .arg("--db")
-        .arg(db)
-        .args(args)
-        .output()
-        .expect("run sketchdb")
-}
-
-fn ok(db: &Path, args: &[&str]) -> Output {
-    let out = run(db, args);
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
 
 /// Three days of `gen chains` in day buckets, tagged by chain.
 fn store(dir: &Path) -> PathBuf {

@@ -10,10 +10,11 @@ use datasketches::theta::ThetaSketchBuilder;
 use sketchdb::gen::wallet_address;
 use sketchdb::hash::murmur;
 use sketchdb::query::Value;
-use sketchdb::sketch::{HyperLogLog, Sketch};
+use sketchdb::sketch::HyperLogLog;
 use sketchdb::store::{Config, Event, Slice, Store, TimeRange};
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
+use support::{ok_on as ok, run_on as run};
 use support::{output_with_stdin, tempdir};
 
 const BIN: &str = env!("CARGO_BIN_EXE_sketchdb");
@@ -211,25 +212,6 @@ fn imported_images_merge_with_native_sketches_in_queries() {
     );
     drop(store);
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-fn run(db: &Path, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .arg("--db")
-        .arg(db)
-        .args(args)
-        .output()
-        .expect("run sketchdb")
-}
-
-fn ok(db: &Path, args: &[&str]) -> Output {
-    let out = run(db, args);
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
 }
 
 fn distinct(db: &Path, statement: &str) -> serde_json::Value {

@@ -337,12 +337,8 @@ impl Snapshot<'_> {
     /// How many sets of `slice` with buckets overlapping `range` hold imported sketches (items
     /// the raw log does not have), by family.
     pub fn imported_sets(&self, slice: &Slice, range: &TimeRange) -> ImportedSets {
-        let tag = match slice {
-            Slice::Whole => keys::WHOLE,
-            Slice::Tag { .. } => match self.view.tags.id(&slice.name()) {
-                Some(id) => id,
-                None => return ImportedSets::default(),
-            },
+        let Some(tag) = self.known_tag(slice) else {
+            return ImportedSets::default();
         };
         let width = self.store.config.bucket.millis();
         let overlaps = |b: i64| {

@@ -262,6 +262,14 @@ impl Snapshot<'_> {
         }
     }
 
+    /// The tag id of a slice, `None` for a tag value this snapshot has no events of.
+    pub(crate) fn known_tag(&self, slice: &Slice) -> Option<u32> {
+        match slice {
+            Slice::Whole => Some(keys::WHOLE),
+            Slice::Tag { .. } => self.view.tags.id(&slice.name()),
+        }
+    }
+
     /// The buckets of a tag that overlap `range`, in time order: stored ones (one ordered key
     /// scan) and those the view holds. A stored bucket the view does not know of was written
     /// after it; reading it then finds it [`StoreError::Stale`].
@@ -364,12 +372,8 @@ impl Snapshot<'_> {
             value: format!("{time} ms"),
             reason,
         })?;
-        let tag = match slice {
-            Slice::Whole => keys::WHOLE,
-            Slice::Tag { .. } => match self.view.tags.id(&slice.name()) {
-                Some(id) => id,
-                None => return Ok(None),
-            },
+        let Some(tag) = self.known_tag(slice) else {
+            return Ok(None);
         };
         let bucket = self.store.config.bucket.bucket_of(time);
         if let Some(set) = self.view.sets.get(&(tag, bucket)) {

@@ -35,3 +35,29 @@ pub fn output_with_stdin(mut cmd: std::process::Command, input: &[u8]) -> std::p
     drop(stdin);
     child.wait_with_output().expect("wait for sketchdb")
 }
+
+/// Runs the `sketchdb` binary on the store at `db` with `args`, capturing its output.
+pub fn run_on(db: &std::path::Path, args: &[&str]) -> std::process::Output {
+    // `option_env!`: a test crate built without the `cli` feature has no binary, and may still
+    // use the rest of this module.
+    let Some(bin) = option_env!("CARGO_BIN_EXE_sketchdb") else {
+        panic!("this test needs the sketchdb binary (feature cli)");
+    };
+    std::process::Command::new(bin)
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .output()
+        .expect("run sketchdb")
+}
+
+/// [`run_on`], asserting that it succeeded (the failure shows its stderr).
+pub fn ok_on(db: &std::path::Path, args: &[&str]) -> std::process::Output {
+    let out = run_on(db, args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
