@@ -81,10 +81,12 @@ const QUERIES: [&str; 4] = [
     "TOP 10 wallets",
 ];
 
-/// Starts `n` readers asking [`QUERIES`] in turn until `stop`, recording each latency.
+/// Starts `n` readers asking [`QUERIES`] in turn until `stop`, recording each latency, with
+/// `pause` between two queries (none: as fast as they answer).
 fn readers(
     store: &Arc<Store>,
     n: usize,
+    pause: Option<Duration>,
     stop: &Arc<AtomicBool>,
     latencies: &Arc<Mutex<Vec<(usize, Duration)>>>,
 ) -> Vec<std::thread::JoinHandle<()>> {
@@ -111,6 +113,9 @@ fn readers(
                         return;
                     }
                     q += 1;
+                    if let Some(p) = pause {
+                        std::thread::sleep(p);
+                    }
                 }
                 if let Ok(mut l) = latencies.lock() {
                     l.extend(mine);
@@ -135,16 +140,20 @@ fn writer_with_readers(c: &mut Criterion) {
     let mut g = c.benchmark_group("concurrency-writer");
     g.sample_size(10).measurement_time(Duration::from_secs(20));
     g.throughput(Throughput::Elements(BATCH as u64));
-    for readers_n in [0usize, 4] {
+    // Readers without pause take CPU as much as the lock: on two cores, four of them and the
+    // writer are five busy threads. Paced ones (a query a millisecond each, thousands a
+    // second in all) show what waiting costs the writer.
+    let pace = Duration::from_millis(1);
+    for (readers_n, pause) in [(0usize, None), (4, None), (4, Some(pace))] {
         let (dir, store) = prepared(&format!("writer-{readers_n}"), 20);
         let stop = Arc::new(AtomicBool::new(false));
         let latencies = Arc::new(Mutex::new(Vec::new()));
-        let threads = readers(&store, readers_n, &stop, &latencies);
+        let threads = readers(&store, readers_n, pause, &stop, &latencies);
         let mut k = 20u64;
-        let name = if readers_n == 0 {
-            "batch+flush, alone".to_string()
-        } else {
-            format!("batch+flush, {readers_n} readers")
+        let name = match (readers_n, pause) {
+            (0, _) => "batch+flush, alone".to_string(),
+            (n, None) => format!("batch+flush, {n} readers"),
+            (n, Some(p)) => format!("batch+flush, {n} readers pausing {} ms", p.as_millis()),
         };
         g.bench_function(&name, |b| {
             b.iter_custom(|iters| {
@@ -163,7 +172,7 @@ fn writer_with_readers(c: &mut Criterion) {
             let _ = t.join();
         }
         if readers_n > 0 {
-            report("readers during batch+flush", &latencies, &QUERIES);
+            report(&name, &latencies, &QUERIES);
         }
         drop(store);
         let _ = std::fs::remove_dir_all(&dir);
