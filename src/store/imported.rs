@@ -564,7 +564,9 @@ mod tests {
     /// A format-4 store (no `X` keys) opens, is recorded as format 5, and takes imports.
     #[test]
     fn a_format_four_store_is_read_and_recorded_as_format_five() {
-        let dir = tempdir("format-4");
+        // Not "format-4": the HLL layout test in `ops` has that directory, and unit tests run at
+        // once in one process.
+        let dir = tempdir("format-4-imports");
         let store = Store::create(&dir, config()).expect("create");
         store.ingest_batch(&events(0, 1_000)).expect("ingest");
         let want = whole_hll(&store);
