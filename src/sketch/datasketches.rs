@@ -1518,6 +1518,26 @@ mod tests {
     /// (3k, 100k, 1M), at lg_k 5 (DataSketches' smallest), 10, 12 (the store's default) and 14;
     /// and so does its compact form. Before the rule was taken over, ours rebuilt at 1.5k
     /// values: at 3k both estimate but the retained sets differed in size and θ.
+    /// Where the format is canonical (a compact, ordered, uncompressed Theta image of the same
+    /// entries and θ), our image is the official crate's byte for byte: empty, one entry, exact
+    /// and estimating.
+    #[test]
+    fn theta_images_are_datasketches_images_byte_for_byte() {
+        for lg_k in [5u8, 12] {
+            let k = 1u64 << lg_k;
+            for n in [0u64, 1, 2, 100, k, 3 * k, 50_000] {
+                let items: Vec<[u8; 42]> =
+                    (0..n).map(|i| wallet_address_bytes(77 + n, i)).collect();
+                let (ours, theirs) = theta_pair(lg_k, &items);
+                assert_eq!(
+                    theta_image(&ours),
+                    theirs.compact(true).serialize(),
+                    "lg_k={lg_k} n={n}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn theta_holds_what_datasketches_holds_for_the_same_items() {
         for lg_k in [5u8, 10, 12, 14] {
