@@ -1520,7 +1520,7 @@ mod tests {
     /// values: at 3k both estimate but the retained sets differed in size and θ.
     /// Where the format is canonical (a compact, ordered, uncompressed Theta image of the same
     /// entries and θ), our image is the official crate's byte for byte: empty, one entry, exact
-    /// and estimating.
+    /// and estimating; and read there, it unions and intersects with sketches built there.
     #[test]
     fn theta_images_are_datasketches_images_byte_for_byte() {
         for lg_k in [5u8, 12] {
@@ -1536,6 +1536,43 @@ mod tests {
                 );
             }
         }
+        // Read there, our image unions and intersects with a sketch built there as that
+        // sketch's own twin does: the same θ and entries.
+        let shared: Vec<[u8; 42]> = (0..9_000).map(|i| wallet_address_bytes(5, i)).collect();
+        let (ours, twin) = theta_pair(12, &shared[..6_000]);
+        let (_, other) = theta_pair(12, &shared[3_000..]);
+        let image = theta_image(&ours);
+        let read = CompactThetaSketch::deserialize(&image).expect("our image");
+        let twin = twin.compact(true);
+        let entries = |s: &CompactThetaSketch| sorted(s.iter().map(|e| e.hash()));
+        let mut via_image = ThetaUnionBuilder::default().lg_k(12).build().expect("k");
+        let mut via_twin = ThetaUnionBuilder::default().lg_k(12).build().expect("k");
+        via_image.update(&read).expect("union");
+        via_image.update(&other).expect("union");
+        via_twin.update(&twin).expect("union");
+        via_twin.update(&other).expect("union");
+        let (a, b) = (via_image.to_sketch(true), via_twin.to_sketch(true));
+        assert_eq!(
+            (a.theta64(), entries(&a)),
+            (b.theta64(), entries(&b)),
+            "union"
+        );
+        let mut via_image = ThetaIntersection::with_seed(SEED).expect("seed");
+        let mut via_twin = ThetaIntersection::with_seed(SEED).expect("seed");
+        via_image.update(&read).expect("intersect");
+        via_image.update(&other).expect("intersect");
+        via_twin.update(&twin).expect("intersect");
+        via_twin.update(&other).expect("intersect");
+        let (a, b) = (
+            via_image.to_sketch(true).expect("a result"),
+            via_twin.to_sketch(true).expect("a result"),
+        );
+        assert!(a.num_retained() > 0, "the halves overlap");
+        assert_eq!(
+            (a.theta64(), entries(&a)),
+            (b.theta64(), entries(&b)),
+            "intersection"
+        );
     }
 
     #[test]
