@@ -570,15 +570,7 @@ mod tests {
         let store = Store::create(&dir, config()).expect("create");
         store.ingest_batch(&events(0, 1_000)).expect("ingest");
         let want = whole_hll(&store);
-        poke(
-            &store,
-            &keys::meta("format"),
-            Some(Store::blob(&dir, &4u32).expect("blob")),
-        );
-        drop(store);
-        let store = Store::open(&dir).expect("a format-4 store opens");
-        let format: Option<u32> = Store::read_meta(&store.engine, "format").expect("read");
-        assert_eq!(format, Some(FORMAT_VERSION));
+        let store = reopened_from_format(store, &dir, 4);
         assert_eq!(FORMAT_VERSION, 5);
         assert_eq!(whole_hll(&store), want);
         assert!(store.check().expect("check").damaged.is_empty());

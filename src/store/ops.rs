@@ -1201,15 +1201,7 @@ mod tests {
             &keys::sketch(Part::Hll, keys::WHOLE, bucket),
             Some(hll.encode_layout_1()),
         );
-        poke(
-            &store,
-            &keys::meta("format"),
-            Some(Store::blob(&dir, &4u32).expect("blob")),
-        );
-        drop(store);
-        let store = Store::open(&dir).expect("a format-4 store opens");
-        let format: Option<u32> = Store::read_meta(&store.engine, "format").expect("read");
-        assert_eq!(format, Some(FORMAT_VERSION));
+        let store = reopened_from_format(store, &dir, 4);
         let old = whole(&store);
         assert!(old.hip_estimate().is_none());
         assert_eq!(old.estimate(), hll.register_estimate());
@@ -1240,15 +1232,7 @@ mod tests {
             &keys::sketch(Part::Reservoir, keys::WHOLE, bucket),
             Some(old.encode().expect("encode")),
         );
-        poke(
-            &store,
-            &keys::meta("format"),
-            Some(Store::blob(&dir, &3u32).expect("blob")),
-        );
-        drop(store);
-        let store = Store::open(&dir).expect("a format-3 store opens");
-        let format: Option<u32> = Store::read_meta(&store.engine, "format").expect("read");
-        assert_eq!(format, Some(FORMAT_VERSION));
+        let store = reopened_from_format(store, &dir, 3);
         let r = whole_reservoir(&store);
         assert!(r.items().iter().all(|s| matches!(s, Sample::Kept(_))));
         assert_sample_of(&store, &ingested, 50);

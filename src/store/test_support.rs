@@ -77,3 +77,18 @@ pub(crate) fn logged_events(store: &Store) -> usize {
         .expect("scan")
         .len()
 }
+
+/// Records the store at `dir` as a format-`version` store behind its back, closes it, opens it
+/// again, and checks that opening recorded it in this build's format.
+pub(crate) fn reopened_from_format(store: Store, dir: &std::path::Path, version: u32) -> Store {
+    poke(
+        &store,
+        &keys::meta("format"),
+        Some(Store::blob(dir, &version).expect("blob")),
+    );
+    drop(store);
+    let store = Store::open(dir).unwrap_or_else(|e| panic!("a format-{version} store opens: {e}"));
+    let format: Option<u32> = Store::read_meta(&store.engine, "format").expect("read");
+    assert_eq!(format, Some(super::FORMAT_VERSION));
+    store
+}
