@@ -313,6 +313,35 @@ impl Seam {
     pub(crate) fn read_ack(&self) -> Result<Option<Vec<u8>>, StoreError> {
         self.guard("read_ack", |e| e.read_ack())
     }
+
+    pub(crate) fn file_append(&self, name: &str, bytes: &[u8]) -> Result<u64, StoreError> {
+        self.guard("file_append", |e| e.file_append(name, bytes))
+    }
+
+    pub(crate) fn file_read(
+        &self,
+        name: &str,
+        offset: u64,
+        len: usize,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        self.guard("file_read", |e| e.file_read(name, offset, len))
+    }
+
+    pub(crate) fn file_list(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        self.guard("file_list", |e| e.file_list())
+    }
+
+    pub(crate) fn file_truncate(&self, name: &str, len: u64) -> Result<(), StoreError> {
+        self.guard("file_truncate", |e| e.file_truncate(name, len))
+    }
+
+    pub(crate) fn file_remove(&self, name: &str) -> Result<(), StoreError> {
+        self.guard("file_remove", |e| e.file_remove(name))
+    }
+
+    pub(crate) fn sync_files(&self) -> Result<(), StoreError> {
+        self.guard("sync_files", |e| e.sync_files())
+    }
 }
 
 /// What [`Seam::chunk_health`] found for a value stored in chunks.

@@ -4,7 +4,9 @@
 //! one (what reads see: durable plus every batch applied since the last sync, in order).
 //! [`MemEngine::crash`] keeps the durable view plus a prefix of the unsynced batches, as sled
 //! recovers a prefix of its log, and fails the crashed handle for good, as a dead process writes
-//! nothing more. [`MemEngine::lose_durable`] drops synced batches too, as sled does when the
+//! nothing more. Append-only files have the same two views: a crash keeps each file as it was
+//! last synced plus a torn half of what was appended since (a power cut keeps any prefix of
+//! unsynced appends, and half a block is the worst of them for a reader). [`MemEngine::lose_durable`] drops synced batches too, as sled does when the
 //! tail of its log is damaged; the acknowledgement record ([`Engine::write_ack`]) survives both. [`MemEngine::fail_nth_write`], [`MemEngine::fail_nth_sync`] and
 //! [`MemEngine::panic_on_nth`] inject failures at a chosen call.
 //!
@@ -18,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 type Map = BTreeMap<Vec<u8>, Vec<u8>>;
+type Files = BTreeMap<String, Vec<u8>>;
 
 #[derive(Default)]
 struct Inner {
@@ -39,6 +42,10 @@ struct Inner {
     synced: Vec<WriteBatch>,
     /// The durable view before any synced batch.
     base: Map,
+    /// Append-only files as they were last synced.
+    files_durable: Files,
+    /// Append-only files as reads see them.
+    files_volatile: Files,
 }
 
 /// An in-memory [`Engine`]. Clones share the same data (a test keeps one to crash the engine
@@ -115,6 +122,16 @@ impl MemEngine {
             inner.synced.push(batch);
         }
         inner.volatile = inner.durable.clone();
+        let mut files = Files::new();
+        for (name, now) in &inner.files_volatile {
+            let synced = inner.files_durable.get(name).map_or(0, Vec::len);
+            let kept = synced + now.len().saturating_sub(synced) / 2;
+            if kept > 0 {
+                files.insert(name.clone(), now[..kept.min(now.len())].to_vec());
+            }
+        }
+        inner.files_durable = files.clone();
+        inner.files_volatile = files;
         inner.generation += 1;
         inner.fail_write = None;
         inner.fail_sync = None;
@@ -180,6 +197,31 @@ impl MemEngine {
     /// A copy of what a crash now would keep at least (the durable view).
     pub fn durable(&self) -> BTreeMap<Vec<u8>, Vec<u8>> {
         self.lock().durable.clone()
+    }
+
+    /// File `name` as reads see it now.
+    pub fn file(&self, name: &str) -> Option<Vec<u8>> {
+        self.lock().files_volatile.get(name).cloned()
+    }
+
+    /// Overwrites bytes of file `name` from `offset` in both views, bypassing the store (tests
+    /// damage the log this way); `None` cuts the file at `offset` instead.
+    pub fn poke_file(&self, name: &str, offset: usize, bytes: Option<&[u8]>) {
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        for files in [&mut inner.files_durable, &mut inner.files_volatile] {
+            if let Some(f) = files.get_mut(name) {
+                match bytes {
+                    Some(b) => {
+                        let end = (offset + b.len()).min(f.len());
+                        if offset < end {
+                            f[offset..end].copy_from_slice(&b[..end - offset]);
+                        }
+                    }
+                    None => f.truncate(offset),
+                }
+            }
+        }
     }
 
     /// A copy of what reads see now (the volatile view).
@@ -279,16 +321,92 @@ impl Engine for MemEngine {
             apply_to(&mut inner.durable, &batch);
             inner.synced.push(batch);
         }
+        inner.files_durable = inner.files_volatile.clone();
+        Ok(())
+    }
+
+    fn file_append(&self, name: &str, bytes: &[u8]) -> Result<u64, EngineError> {
+        let mut inner = self.enter("file_append")?;
+        inner.writes += 1;
+        if inner.fail_write == Some(inner.writes) {
+            return Err(EngineError::Injected {
+                op: "file_append",
+                call: inner.calls,
+            });
+        }
+        let file = inner.files_volatile.entry(name.to_string()).or_default();
+        let offset = file.len() as u64;
+        file.extend_from_slice(bytes);
+        Ok(offset)
+    }
+
+    fn file_read(
+        &self,
+        name: &str,
+        offset: u64,
+        len: usize,
+    ) -> Result<Option<Vec<u8>>, EngineError> {
+        let inner = self.enter("file_read")?;
+        let Some(file) = inner.files_volatile.get(name) else {
+            return Ok(None);
+        };
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        Ok(start
+            .checked_add(len)
+            .and_then(|end| file.get(start..end))
+            .map(<[u8]>::to_vec))
+    }
+
+    fn file_list(&self) -> Result<Vec<(String, u64)>, EngineError> {
+        let inner = self.enter("file_list")?;
+        Ok(inner
+            .files_volatile
+            .iter()
+            .map(|(name, f)| (name.clone(), f.len() as u64))
+            .collect())
+    }
+
+    fn file_truncate(&self, name: &str, len: u64) -> Result<(), EngineError> {
+        let mut guard = self.enter("file_truncate")?;
+        let inner = &mut *guard;
+        let len = usize::try_from(len).unwrap_or(usize::MAX);
+        if let Some(f) = inner.files_volatile.get_mut(name) {
+            f.truncate(len);
+            // Durable when it returns, with the bytes it kept (an fsync of the whole file).
+            inner.files_durable.insert(name.to_string(), f.clone());
+        }
+        Ok(())
+    }
+
+    fn file_remove(&self, name: &str) -> Result<(), EngineError> {
+        let mut inner = self.enter("file_remove")?;
+        inner.files_volatile.remove(name);
+        inner.files_durable.remove(name);
+        Ok(())
+    }
+
+    fn sync_files(&self) -> Result<(), EngineError> {
+        let mut inner = self.enter("sync_files")?;
+        inner.syncs += 1;
+        if inner.fail_sync == Some(inner.syncs) {
+            return Err(EngineError::Injected {
+                op: "sync_files",
+                call: inner.calls,
+            });
+        }
+        inner.files_durable = inner.files_volatile.clone();
         Ok(())
     }
 
     fn disk_bytes(&self) -> Result<u64, EngineError> {
         let inner = self.enter("disk_bytes")?;
-        Ok(inner
-            .durable
-            .iter()
-            .map(|(k, v)| (k.len() + v.len()) as u64)
-            .sum())
+        let files: u64 = inner.files_durable.values().map(|f| f.len() as u64).sum();
+        Ok(files
+            + inner
+                .durable
+                .iter()
+                .map(|(k, v)| (k.len() + v.len()) as u64)
+                .sum::<u64>())
     }
 
     fn write_ack(&self, bytes: &[u8]) -> Result<(), EngineError> {
@@ -354,6 +472,35 @@ mod tests {
         );
         e.sync().expect("sync");
         assert_eq!(keys(&e.durable()), [b"a", b"c"]);
+    }
+
+    #[test]
+    fn a_crash_keeps_files_as_synced_plus_a_torn_half_of_the_rest() {
+        let e = MemEngine::new();
+        assert_eq!(e.file_append("a", b"1234").expect("append"), 0);
+        e.sync_files().expect("sync");
+        assert_eq!(e.file_append("a", b"5678").expect("append"), 4);
+        e.file_append("b", b"xy").expect("append");
+        assert_eq!(
+            e.file_read("a", 2, 4).expect("read"),
+            Some(b"3456".to_vec())
+        );
+        assert_eq!(e.file_read("a", 6, 4).expect("read past the end"), None);
+        let after = e.crash(0);
+        assert!(e.file_list().is_err(), "the crashed handle refuses");
+        assert_eq!(after.file("a"), Some(b"123456".to_vec()));
+        assert_eq!(after.file("b"), Some(b"x".to_vec()));
+        after.file_truncate("a", 5).expect("truncate");
+        after.file_remove("b").expect("remove");
+        let again = after.crash(0);
+        assert_eq!(
+            again.file_list().expect("list"),
+            [("a".to_string(), 5)],
+            "a cut and a removal are durable when they return"
+        );
+        again.fail_nth_write(1);
+        assert!(again.file_append("a", b"z").is_err());
+        assert_eq!(again.file("a"), Some(b"12345".to_vec()));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The storage seam: the few operations the store needs from a key-value engine.
 //!
-//! Owns: [`Engine`] (ordered keys, atomic batches, an explicit sync), [`WriteBatch`] (which
-//! refuses any value over [`VALUE_MAX`]) and
+//! Owns: [`Engine`] (ordered keys, atomic batches, an explicit sync, and a few append-only
+//! files beside the keys), [`WriteBatch`] (which refuses any value over [`VALUE_MAX`]) and
 //! [`EngineError`]. The store calls an engine only through `store::seam`, which catches the
 //! engine's panics and splits larger values into chunks.
 //!
@@ -11,6 +11,7 @@
 //! names sled), and [`mem::MemEngine`], an in-memory engine with a durable and a volatile view
 //! that tests crash, fail and panic at chosen calls.
 
+pub mod files;
 pub mod mem;
 pub mod sled;
 
@@ -144,6 +145,33 @@ pub trait Engine: Send + Sync {
     fn write_ack(&self, bytes: &[u8]) -> Result<(), EngineError>;
     /// The acknowledgement record last written, `None` if none ever was.
     fn read_ack(&self) -> Result<Option<Vec<u8>>, EngineError>;
+
+    // Append-only files beside the keys, for data written once and read by position (the raw
+    // event log): a log-structured tree holds such data at two to three times its size, a file
+    // at its size. Names are short and plain (`[0-9a-z.]`, no path). Like `apply`, nothing
+    // written is durable until [`Engine::sync_files`] or [`Engine::sync`]; a crash may keep any
+    // prefix of what was appended since.
+
+    /// Appends `bytes` to file `name` (created if missing) and returns the offset they start
+    /// at. A failed append leaves the file as it was.
+    fn file_append(&self, name: &str, bytes: &[u8]) -> Result<u64, EngineError>;
+    /// `len` bytes of file `name` from `offset`; `None` if the file is missing or shorter.
+    fn file_read(
+        &self,
+        name: &str,
+        offset: u64,
+        len: usize,
+    ) -> Result<Option<Vec<u8>>, EngineError>;
+    /// Every file with its length, by name.
+    fn file_list(&self) -> Result<Vec<(String, u64)>, EngineError>;
+    /// Cuts file `name` to `len` bytes; durable when it returns.
+    fn file_truncate(&self, name: &str, len: u64) -> Result<(), EngineError>;
+    /// Removes file `name` (nothing if missing); durable when it returns.
+    fn file_remove(&self, name: &str) -> Result<(), EngineError>;
+    /// Everything appended to files before the call is durable when it returns `Ok`: called
+    /// before a batch that points into the files is applied, so no durable key ever points
+    /// at bytes a crash can take away.
+    fn sync_files(&self) -> Result<(), EngineError>;
 }
 
 /// The text of a panic's payload.

@@ -9,6 +9,7 @@
 //! Must not: know keys, kinds or values. Panics inside sled are caught one level up, by the
 //! seam's guard around every call ([`super::Seam`]), and while opening, here.
 
+use super::files::DirFiles;
 use super::{panic_message, Engine, EngineError, Entries, Entry, WriteBatch};
 use crate::store::model::DEFAULT_ENGINE_CACHE_BYTES;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -37,10 +38,14 @@ pub const ACK_FILE: &str = "sketchdb-ack";
 /// Where a new record is written and fsynced before it is renamed over [`ACK_FILE`].
 const ACK_TEMP: &str = "sketchdb-ack.new";
 
-/// An open sled database.
+/// The directory, inside the store's, of the engine's append-only files (the raw event log).
+pub const FILES_DIR: &str = "log";
+
+/// An open sled database, and the append-only files beside it.
 pub struct SledEngine {
     db: sled::Db,
     path: PathBuf,
+    files: DirFiles,
     /// sled's segment size for this store: the reserve a write must leave free.
     segment: u64,
     /// Why sled is not to write anything more: it failed a write or a flush. sled 0.34 does not
@@ -231,6 +236,7 @@ impl SledEngine {
             Ok(db) => Ok(SledEngine {
                 db,
                 path: dir.to_path_buf(),
+                files: DirFiles::new(dir.join(FILES_DIR)),
                 segment: segment as u64,
                 broken: Mutex::new(None),
             }),
@@ -406,6 +412,7 @@ impl Engine for SledEngine {
     /// every file in the directory and the directory itself are fsynced.
     fn sync(&self) -> Result<(), EngineError> {
         self.refuse_if_broken()?;
+        self.files.sync()?;
         self.db.flush().map_err(self.write_err("flush"))?;
         let mut files = Vec::new();
         Self::files(&self.path, &mut files).map_err(io("list the store's files"))?;
@@ -448,6 +455,41 @@ impl Engine for SledEngine {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(io("read the acknowledgement record")(e)),
         }
+    }
+
+    fn file_append(&self, name: &str, bytes: &[u8]) -> Result<u64, EngineError> {
+        self.refuse_if_broken()?;
+        // The same reserve as a batch: the file shares the disk with sled's segments.
+        self.check_space("append to the log", bytes.len())?;
+        self.files.append(name, bytes)
+    }
+
+    fn file_read(
+        &self,
+        name: &str,
+        offset: u64,
+        len: usize,
+    ) -> Result<Option<Vec<u8>>, EngineError> {
+        self.files.read(name, offset, len)
+    }
+
+    fn file_list(&self) -> Result<Vec<(String, u64)>, EngineError> {
+        self.files.list()
+    }
+
+    fn file_truncate(&self, name: &str, len: u64) -> Result<(), EngineError> {
+        self.refuse_if_broken()?;
+        self.files.truncate(name, len)
+    }
+
+    fn file_remove(&self, name: &str) -> Result<(), EngineError> {
+        self.refuse_if_broken()?;
+        self.files.remove(name)
+    }
+
+    fn sync_files(&self) -> Result<(), EngineError> {
+        self.refuse_if_broken()?;
+        self.files.sync()
     }
 
     /// Bytes allocated to the store's files (what `du` reports), so sparse regions and
