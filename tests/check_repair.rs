@@ -6,7 +6,7 @@
 //! and must exit non-zero naming what it cannot restore. A clean store checks clean.
 
 use serde_json::Value;
-use sketchdb::store::{keys, Engine, SledEngine, WriteBatch};
+use sketchdb::store::{keys, log, Engine, SledEngine, WriteBatch};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -307,15 +307,17 @@ fn a_damaged_log_block_is_named_and_repair_says_what_it_cannot_recover() {
     let expected = answers(&twin, 2);
     {
         let e = engine(&db);
-        // Day 1's 600 events are the first block, small enough to be stored inline (and,
-        // compressed, still long enough to lose its last 100 bytes).
-        let block = keys::log(0);
-        let value = e.get(&block).expect("get").expect("block stored");
-        assert!(
-            value.len() > 200 && value[0] != 0xff,
-            "an inline block of {} bytes",
-            value.len()
-        );
+        // Day 1's 600 events are the first block, at the start of the first log file; its
+        // last 100 bytes are zeroed, as a torn write leaves them.
+        let index = e.get(&keys::index(0)).expect("get").expect("indexed");
+        let info = log::BlockInfo::decode(&index).expect("an index entry");
+        let place = info.place.expect("in a log file");
+        assert!(place.len > 200, "a block of {} bytes", place.len);
+        let path = db.join("log").join(log::file_name(place.file));
+        let mut bytes = std::fs::read(&path).expect("read the log file");
+        let end = (place.offset + u64::from(place.len)) as usize;
+        bytes[end - 100..end].fill(0);
+        std::fs::write(&path, bytes).expect("damage the log file");
         let hll_day1 = keys::sketch(keys::Part::Hll, CHAIN_A, T0);
         let hll_day2 = keys::sketch(keys::Part::Hll, CHAIN_B, T0 + DAY);
         let (v1, v2) = (
@@ -323,8 +325,6 @@ fn a_damaged_log_block_is_named_and_repair_says_what_it_cannot_recover() {
             e.get(&hll_day2).expect("get").expect("stored"),
         );
         apply(&e, |b| {
-            b.put(block.to_vec(), value[..value.len() - 100].to_vec())
-                .expect("put");
             b.put(hll_day1.to_vec(), flipped(v1)).expect("put");
             b.put(hll_day2.to_vec(), flipped(v2)).expect("put");
         });
@@ -337,7 +337,8 @@ fn a_damaged_log_block_is_named_and_repair_says_what_it_cannot_recover() {
     assert_eq!(lines.len(), 3, "{stdout}");
     let block = line_starting(
         &lines,
-        "damaged: log block at event 0 (600 events, 2026-12-01T00:00:00Z to 2026-12-01T00:09:59Z): ",
+        "damaged: log block at event 0 (600 events, 2026-12-01T00:00:00Z to 2026-12-01T00:09:59Z, \
+in log/00000000000000000000.log bytes 0..",
     );
     assert!(block.contains("[log block; cannot be recovered"), "{block}");
     let lost = line_starting(

@@ -744,14 +744,15 @@ fn every_file_and_directory_an_ingest_changes_is_fsynced_before_it_reports_succe
     };
     let first = input("first.jsonl", events(0, 3_000, 5));
     let second = input("second.jsonl", events(3_000, 3_000, 5));
-    // Thirty days make ninety new sketch sets, which grow sled's file by several segments.
+    // Thirty days in hour buckets make some 2,000 new sketch sets, which grow sled's file past its
+    // first segment (the raw log, in its own files since format 6, no longer does).
     let third = input("third.jsonl", events_with(6_000, 300_000, 30, true));
 
     let mut runs = vec![traced(
         &dir,
         &root,
         "init",
-        &["--db", &db, "init"],
+        &["--db", &db, "init", "--bucket", "hour"],
         "created ",
     )];
     runs.push(traced(
@@ -762,6 +763,11 @@ fn every_file_and_directory_an_ingest_changes_is_fsynced_before_it_reports_succe
         "ingested ",
     ));
     let size = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());
+    let log_size = || -> u64 {
+        std::fs::read_dir(root.join("log"))
+            .map(|d| d.flatten().map(|e| size(&e.path())).sum())
+            .unwrap_or(0)
+    };
     let before = size(&root.join("db"));
     runs.push(traced(
         &dir,
@@ -770,6 +776,7 @@ fn every_file_and_directory_an_ingest_changes_is_fsynced_before_it_reports_succe
         &["--db", &db, "ingest", &second],
         "ingested ",
     ));
+    let log_before = log_size();
     runs.push(traced(
         &dir,
         &root,
@@ -778,6 +785,7 @@ fn every_file_and_directory_an_ingest_changes_is_fsynced_before_it_reports_succe
         "ingested ",
     ));
     let after = size(&root.join("db"));
+    let log_after = log_size();
 
     let mut violations = Vec::new();
     for run in &runs {
@@ -811,6 +819,18 @@ fsyncs, {} sync_file_range, changed: {:?}",
             run.report.changed
         );
     }
+    // The raw log lives in its own files since format 6: the ingests must be seen writing them.
+    for run in &runs[1..] {
+        assert!(
+            run.report
+                .changed
+                .iter()
+                .any(|p| p.contains("/tx.db/log/") && p.ends_with(".log")),
+            "{}: no log file seen written: {:?}",
+            run.what,
+            run.report.changed
+        );
+    }
     assert!(
         runs[0].report.entry_changes > 0,
         "init created no directory entries under the store; the log was not understood"
@@ -819,6 +839,10 @@ fsyncs, {} sync_file_range, changed: {:?}",
         after > before,
         "sled's file did not grow ({before} -> {after} bytes); the ingests are too small to \
 exercise a growing file"
+    );
+    assert!(
+        log_after > log_before,
+        "the log files did not grow ({log_before} -> {log_after} bytes)"
     );
     assert!(
         violations.is_empty(),

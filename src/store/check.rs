@@ -810,10 +810,16 @@ listed here"
             let end = info.first_seq.saturating_add(u64::from(info.count));
             prev_end = Some(prev_end.map_or(end, |e| e.max(end)));
             let name = format!(
-                "log block at event {first} ({} events, {} to {})",
+                "log block at event {first} ({} events, {} to {}{})",
                 info.count,
                 time_label(info.min_time),
-                time_label(info.max_time)
+                time_label(info.max_time),
+                info.place.map_or(String::new(), |p| format!(
+                    ", in log/{} bytes {}..{}",
+                    log::file_name(p.file),
+                    p.offset,
+                    p.offset + u64::from(p.len)
+                ))
             );
             let span = Some((info.min_time, info.max_time));
             let damaged_block = |w: &mut Walk<'_>, detail: String| {
@@ -828,11 +834,19 @@ listed here"
                     name: name.clone(),
                 });
             };
-            let Some(raw) = self.engine.get_raw(&keys::log(first))? else {
-                damaged_block(w, "missing".into());
-                continue;
+            let stored = match info.place {
+                Some(p) => self
+                    .engine
+                    .file_read(&log::file_name(p.file), p.offset, p.len as usize)?
+                    .ok_or_else(|| "missing: its log file is gone or shorter".to_string()),
+                None => match self.engine.get_raw(&keys::log(first))? {
+                    Some(raw) => self
+                        .checked_value(&keys::log(first), raw, &mut w.checked)?
+                        .map_err(|detail| detail.to_string()),
+                    None => Err("missing".to_string()),
+                },
             };
-            let bytes = match self.checked_value(&keys::log(first), raw, &mut w.checked)? {
+            let bytes = match stored {
                 Ok(b) => b,
                 Err(detail) => {
                     damaged_block(w, detail);
@@ -858,16 +872,24 @@ listed here"
             });
             let problem = match decoded {
                 Err(detail) => Some(detail),
-                Ok(header) if header != info => Some(format!(
-                    "its header says {} events from event {} ({} to {}), its index entry {} \
+                Ok(header)
+                    if header
+                        != (log::BlockInfo {
+                            place: None,
+                            ..info
+                        }) =>
+                {
+                    Some(format!(
+                        "its header says {} events from event {} ({} to {}), its index entry {} \
 from event {}",
-                    header.count,
-                    header.first_seq,
-                    time_label(header.min_time),
-                    time_label(header.max_time),
-                    info.count,
-                    info.first_seq
-                )),
+                        header.count,
+                        header.first_seq,
+                        time_label(header.min_time),
+                        time_label(header.max_time),
+                        info.count,
+                        info.first_seq
+                    ))
+                }
                 Ok(_) if info.count > 0 && (min, max) != (info.min_time, info.max_time) => {
                     Some(format!(
                         "its events run from {} to {}, not as its index says",
@@ -1386,9 +1408,11 @@ mod tests {
         store.flush().expect("flush");
         store.ingest_batch(&events(100, 100)).expect("ingest");
         store.checkpoint().expect("checkpoint");
-        let block = keys::log(100);
-        let v = store.engine.get(&block).expect("get").expect("stored");
-        poke(&store, &block, Some(v[..v.len() - 9].to_vec()));
+        // Its last 9 bytes zeroed, as a torn write leaves them.
+        damage_block(&store, 100, |b| {
+            let n = b.len();
+            b[n - 9..].fill(0);
+        });
         let hll = keys::sketch(Part::Hll, 1, DAY0);
         poke(&store, &hll, Some(b"garbage".to_vec()));
         // A chunk whose value is gone: left by damage, removed by repair.

@@ -111,6 +111,8 @@ impl Store {
         self.engine.sync()?;
         Self::after_log_written(st);
         if let Some(t) = expired {
+            // Best effort (see `remove_unused_files`): the checkpoint itself is committed.
+            let _ = Self::remove_unused_files(&self.engine);
             st.log_retained_from = Some(st.log_retained_from.map_or(t, |old| old.max(t)));
         }
         for active in st.sets.values_mut() {
@@ -245,8 +247,11 @@ impl Store {
             };
             if info.max_time < cutoff && info.end_seq() <= checkpoint {
                 self.engine.delete(batch, k.clone())?;
-                self.engine
-                    .delete(batch, keys::log(info.first_seq).to_vec())?;
+                // A block in a log file goes with its file, once every block there expired.
+                if info.place.is_none() {
+                    self.engine
+                        .delete(batch, keys::log(info.first_seq).to_vec())?;
+                }
                 dropped_any = true;
             }
         }

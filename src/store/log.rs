@@ -167,13 +167,39 @@ fn unzigzag(v: u64) -> i64 {
     ((v >> 1) as i64) ^ -((v & 1) as i64)
 }
 
-/// A block's summary, kept beside it so range scans can skip blocks without reading them.
+/// A block's summary, kept in its index entry so range scans can skip blocks without reading
+/// them, with where the block is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BlockInfo {
     pub first_seq: u64,
     pub count: u32,
     pub min_time: i64,
     pub max_time: i64,
+    /// `None` for a block under its `L` key (stores before format 6) and for the summary a
+    /// block carries in its own header.
+    pub place: Option<Place>,
+}
+
+/// Where a block's bytes are in the log files: file `file` (named after the first event it
+/// holds), `len` bytes from `offset`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Place {
+    pub file: u64,
+    pub offset: u64,
+    pub len: u32,
+}
+
+/// The name of log file `file`: the first event it holds, zero-padded so names sort as numbers.
+pub fn file_name(file: u64) -> String {
+    format!("{file:020}.log")
+}
+
+/// The number of a log file named by [`file_name`]; `None` for any other name.
+pub fn file_number(name: &str) -> Option<u64> {
+    let digits = name.strip_suffix(".log")?;
+    (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| digits.parse().ok())
+        .flatten()
 }
 
 impl BlockInfo {
@@ -191,21 +217,52 @@ impl BlockInfo {
         h
     }
 
+    /// The index entry: the header, then the place (file, offset, length) if the block is in
+    /// a log file. The length tells the two apart.
     pub fn encode(&self) -> Result<Vec<u8>, CodecError> {
-        codec::frame(INDEX_KIND, &self.header())
+        let mut payload = self.header().to_vec();
+        if let Some(p) = self.place {
+            payload.extend_from_slice(&p.file.to_le_bytes());
+            payload.extend_from_slice(&p.offset.to_le_bytes());
+            payload.extend_from_slice(&p.len.to_le_bytes());
+        }
+        codec::frame(INDEX_KIND, &payload)
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Self, String> {
         let p = codec::unframe(INDEX_KIND, bytes).map_err(|e| e.to_string())?;
         let mut r = Reader { bytes: p, pos: 0 };
-        let info = BlockInfo {
+        let mut info = BlockInfo {
             first_seq: r.u64_le()?,
             count: r.u32_le()?,
             min_time: r.u64_le()? as i64,
             max_time: r.u64_le()? as i64,
+            place: None,
         };
+        if r.pos < p.len() {
+            info.place = Some(Place {
+                file: r.u64_le()?,
+                offset: r.u64_le()?,
+                len: r.u32_le()?,
+            });
+        }
         r.finish()?;
         Ok(info)
+    }
+
+    /// The block for messages: "log block at event N (C events, in log/F bytes a..b)".
+    pub fn label(&self) -> String {
+        match self.place {
+            Some(p) => format!(
+                "log block at event {} ({} events, in log/{} bytes {}..{})",
+                self.first_seq,
+                self.count,
+                file_name(p.file),
+                p.offset,
+                p.offset + u64::from(p.len)
+            ),
+            None => format!("log block at event {}", self.first_seq),
+        }
     }
 }
 
@@ -375,6 +432,7 @@ impl BlockBuilder {
             count: self.count,
             min_time: if self.count == 0 { 0 } else { self.min_time },
             max_time: if self.count == 0 { 0 } else { self.max_time },
+            place: None,
         }
     }
 
@@ -469,18 +527,60 @@ impl<'a> Reader<'a> {
 /// Decodes a framed block, calling `each` for every event in order. Any inconsistency is an
 /// error (with the byte position); `each` sees no event of a block that fails its checksum.
 pub fn decode_block(bytes: &[u8], each: impl FnMut(&LogEvent<'_>)) -> Result<BlockInfo, String> {
+    decode_block_as(bytes, None, each)
+}
+
+/// [`decode_block`] of the block `expected` describes: a block whose header names other events
+/// is an error before any event is passed (it is not the block the index points at).
+pub fn decode_block_expecting(
+    bytes: &[u8],
+    expected: &BlockInfo,
+    each: impl FnMut(&LogEvent<'_>),
+) -> Result<BlockInfo, String> {
+    decode_block_as(bytes, Some(expected), each)
+}
+
+/// The summary in a block's header, after checking the block's frame (not its events).
+pub fn block_header(bytes: &[u8]) -> Result<BlockInfo, String> {
+    let (_, payload) =
+        codec::unframe_any(BLOCK_KIND, BLOCK_VERSION, bytes).map_err(|e| e.to_string())?;
+    read_header(&mut Reader {
+        bytes: payload,
+        pos: 0,
+    })
+}
+
+fn read_header(r: &mut Reader<'_>) -> Result<BlockInfo, String> {
+    Ok(BlockInfo {
+        first_seq: r.u64_le()?,
+        count: r.u32_le()?,
+        min_time: r.u64_le()? as i64,
+        max_time: r.u64_le()? as i64,
+        place: None,
+    })
+}
+
+fn decode_block_as(
+    bytes: &[u8],
+    expected: Option<&BlockInfo>,
+    each: impl FnMut(&LogEvent<'_>),
+) -> Result<BlockInfo, String> {
     let (version, payload) =
         codec::unframe_any(BLOCK_KIND, BLOCK_VERSION, bytes).map_err(|e| e.to_string())?;
     let mut r = Reader {
         bytes: payload,
         pos: 0,
     };
-    let info = BlockInfo {
-        first_seq: r.u64_le()?,
-        count: r.u32_le()?,
-        min_time: r.u64_le()? as i64,
-        max_time: r.u64_le()? as i64,
-    };
+    let info = read_header(&mut r)?;
+    if let Some(e) = expected.filter(|e| (e.first_seq, e.count) != (info.first_seq, info.count)) {
+        return Err(format!(
+            "holds events {} to {} where the index expects {} to {}",
+            info.first_seq,
+            info.end_seq(),
+            e.first_seq,
+            e.end_seq()
+        ));
+    }
     let rest = &payload[r.pos..];
     if version == codec::FORMAT_VERSION {
         return decode_body(info, rest, each);

@@ -1,7 +1,12 @@
-//! The log on storage: the writer (blocks written under their `L` keys as they fill, their
-//! index entries and the open block added to the next flush or checkpoint batch, orphans of a
-//! crash or a rollback removed) and the reader (blocks in sequence order from a position, for
-//! replay and scans).
+//! The log on storage: the writer (blocks appended to the log files as they fill, their index
+//! entries and the open block added to the next flush or checkpoint batch after the files are
+//! synced, orphans of a crash or a rollback cut away, files whose blocks all expired removed)
+//! and the reader (blocks in sequence order from a position, for replay and scans).
+//!
+//! Blocks live in append-only files of the engine (`log/{first event:020}.log` on disk, each up
+//! to [`FILE_BYTES`]); an `I` entry per block, in sled, holds its summary and its place (file,
+//! offset, length) and is what makes a block part of the log. Stores written before log files
+//! (format 5 and older) keep their blocks under `L` keys, read as before; new blocks go to files.
 //!
 //! Owns: where blocks and index entries go and when. Must not: encode or decode a block's
 //! contents (that is [`super::log`]).
@@ -13,6 +18,12 @@ use super::seam::Seam;
 use super::state::{State, TagDict};
 use super::{codec, keys, kinds, log, Store};
 use std::sync::Arc;
+
+/// Bytes a log file grows to before the next block starts a new one (64 MiB): large enough that
+/// a year of a busy stream is a few hundred files, small enough that retention frees space soon
+/// after a file's last block expires. The unit tests use 512 KiB, so that their logs span
+/// several files and every path meets a file boundary.
+pub const FILE_BYTES: u64 = if cfg!(test) { 512 << 10 } else { 64 << 20 };
 
 impl Store {
     /// Calls `each` for every logged event in the blocks whose index entries `wanted` accepts
@@ -38,7 +49,7 @@ impl Store {
             if !wanted(&info) {
                 continue;
             }
-            self.read_block(first, &mut each)?;
+            self.read_block(&info, &mut each)?;
         }
         Ok(true)
     }
@@ -61,24 +72,74 @@ impl Store {
         Ok(out)
     }
 
-    /// Calls `each` for every event of the block starting at event `first`.
+    /// Calls `each` for every event of the block `info` describes.
     pub(super) fn read_block(
         &self,
-        first: u64,
+        info: &log::BlockInfo,
         each: &mut impl FnMut(&log::LogEvent<'_>),
     ) -> Result<()> {
-        let block = self
-            .engine
-            .get(&keys::log(first))?
+        let bytes = self
+            .block_bytes(info)?
             .ok_or_else(|| StoreError::DamagedLog {
-                name: format!("log block at event {first}"),
-                detail: "missing".into(),
+                name: info.label(),
+                detail: match info.place {
+                    Some(_) => "missing: the log file is gone or shorter".into(),
+                    None => "missing".into(),
+                },
             })?;
-        log::decode_block(&block, each).map_err(|detail| StoreError::DamagedLog {
-            name: format!("log block at event {first}"),
-            detail,
+        Self::decode_block_of(info, &bytes, each)
+    }
+
+    /// The stored bytes of the block `info` describes: a range of a log file, or the value of
+    /// its `L` key in stores written before log files; `None` if they are not there.
+    pub(super) fn block_bytes(&self, info: &log::BlockInfo) -> Result<Option<Vec<u8>>> {
+        match info.place {
+            Some(p) => self
+                .engine
+                .file_read(&log::file_name(p.file), p.offset, p.len as usize),
+            None => self.engine.get(&keys::log(info.first_seq)),
+        }
+    }
+
+    /// Decodes `bytes` as the block `info` describes (a block whose own header names other
+    /// events is damage: a log file cut and written again under a stale index).
+    pub(super) fn decode_block_of(
+        info: &log::BlockInfo,
+        bytes: &[u8],
+        each: &mut impl FnMut(&log::LogEvent<'_>),
+    ) -> Result<()> {
+        log::decode_block_expecting(bytes, info, each).map_err(|detail| {
+            StoreError::DamagedLog {
+                name: info.label(),
+                detail,
+            }
         })?;
         Ok(())
+    }
+
+    /// Appends a finished block to the log files and returns its summary with its place: at
+    /// the end of the newest file, or in a new file named after the block once that one would
+    /// pass [`FILE_BYTES`]. Not durable until the files are synced.
+    pub(super) fn append_block(&self, blob: &[u8], info: log::BlockInfo) -> Result<log::BlockInfo> {
+        let len = u32::try_from(blob.len()).map_err(|_| StoreError::DamagedLog {
+            name: info.label(),
+            detail: format!("{} bytes: over 4 GiB", blob.len()),
+        })?;
+        let newest = self
+            .engine
+            .file_list()?
+            .into_iter()
+            .rev()
+            .find_map(|(name, size)| log::file_number(&name).map(|f| (f, size)));
+        let file = match newest {
+            Some((f, size)) if size == 0 || size + u64::from(len) <= FILE_BYTES => f,
+            _ => info.first_seq,
+        };
+        let offset = self.engine.file_append(&log::file_name(file), blob)?;
+        Ok(log::BlockInfo {
+            place: Some(log::Place { file, offset, len }),
+            ..info
+        })
     }
 
     /// Appends one event to the open log block (its sequence number is `st.next_seq`), writing
@@ -116,20 +177,20 @@ impl Store {
         }
     }
 
-    /// Writes the full open block under its `L` key now and starts the next one in the same
+    /// Appends the full open block to the log files now and starts the next one in the same
     /// builder, so a long ingest streams its log to disk instead of holding it for one huge
-    /// batch (10M events ingested in 8.7–10 s instead of 14 s, with flat memory). Its `I`
-    /// entry, which makes it part of the log, goes in the next flush or checkpoint batch. If the
-    /// write fails, the block is sealed in memory instead and that batch writes it whole,
-    /// reporting any error there.
+    /// batch. Its `I` entry, which makes it part of the log, goes in the next flush or
+    /// checkpoint batch, after the files are synced. If the append fails, the block is sealed
+    /// in memory instead and that batch appends it, reporting any error there.
     pub(super) fn write_full_block(&self, st: &mut State) {
-        let written = st.open_block.finish().ok().and_then(|(blob, info)| {
-            let mut batch = WriteBatch::default();
-            self.engine
-                .put(&mut batch, keys::log(info.first_seq), blob)
-                .ok()?;
-            self.engine.apply(batch).ok().map(|()| info)
-        });
+        // Blocks go to the files in sequence order (the cut after a crash relies on it): once
+        // one is sealed for lack of a write, the ones after it wait with it.
+        let written = st
+            .sealed
+            .is_empty()
+            .then(|| st.open_block.finish().ok())
+            .flatten()
+            .and_then(|(blob, info)| self.append_block(&blob, info).ok());
         match written {
             Some(info) => {
                 st.unindexed.push(info);
@@ -140,9 +201,13 @@ impl Store {
         }
     }
 
-    /// Removes `L` blocks at or after `next_seq`: blocks written early whose `I` entries never
-    /// came (an import rolled back, or a crash before the flush that would have indexed them).
-    /// Indexed blocks all end at or before `next_seq`, so none of them is touched.
+    /// Removes what blocks written early left behind when their `I` entries never came (an
+    /// import rolled back, or a crash before the flush that would have indexed them): the log
+    /// files are cut at the end of the last indexed block and files after it removed, and
+    /// `L` keys (stores before log files) at or after `next_seq` deleted. Indexed blocks all
+    /// end at or before `next_seq` and before the cut, so none of them is touched. A damaged
+    /// last index entry leaves the files as they are: bytes past the indexed blocks are never
+    /// read, only wasted, and `check` names the entry.
     pub(super) fn remove_orphan_blocks(engine: &Seam, next_seq: u64) -> Result<()> {
         let mut batch = WriteBatch::default();
         let end = [keys::LOG + 1];
@@ -150,10 +215,63 @@ impl Store {
             let (key, _) = entry?;
             engine.delete(&mut batch, key)?;
         }
-        engine.apply(batch)
+        engine.apply(batch)?;
+        let last = engine.last_in(&[keys::INDEX], &[keys::INDEX + 1])?;
+        let keep = match last.map(|(_, v)| log::BlockInfo::decode(&v)) {
+            Some(Err(_)) => return Ok(()),
+            Some(Ok(info)) => info.place.map(|p| (p.file, p.offset + u64::from(p.len))),
+            None => None,
+        };
+        for (name, size) in engine.file_list()? {
+            let Some(file) = log::file_number(&name) else {
+                continue;
+            };
+            match keep {
+                Some((last, _)) if file < last => {}
+                Some((last, end)) if file == last => {
+                    if size > end {
+                        engine.file_truncate(&name, end)?;
+                    }
+                }
+                _ => engine.file_remove(&name)?,
+            }
+        }
+        Ok(())
     }
 
-    /// Adds the pending events (and new tag names) to `batch` as log blocks.
+    /// Removes the log files that hold no indexed block any more (retention dropped all of
+    /// theirs): those before the file of the first indexed block, or all of them if no block
+    /// is indexed. Only called with every written block indexed (right after a checkpoint,
+    /// or at open after orphans are gone). Best effort: a file left behind is only space, and
+    /// the next call removes it.
+    pub(super) fn remove_unused_files(engine: &Seam) -> Result<()> {
+        let first = match engine.prefix(&[keys::INDEX]).next() {
+            Some(entry) => {
+                let (_, v) = entry?;
+                match log::BlockInfo::decode(&v) {
+                    Ok(info) => info.place.map(|p| p.file),
+                    // `check` names it; the files stay.
+                    Err(_) => return Ok(()),
+                }
+            }
+            None => Some(u64::MAX),
+        };
+        // A first block under its `L` key: every file comes after it.
+        let Some(first) = first else {
+            return Ok(());
+        };
+        for (name, _) in engine.file_list()? {
+            if log::file_number(&name).is_some_and(|f| f < first) {
+                engine.file_remove(&name)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds the pending events (and new tag names) to `batch`: sealed blocks are appended to
+    /// the log files, the files synced, and the index entries of every block written since the
+    /// last batch put in `batch` — so no durable index entry ever points at bytes a crash can
+    /// take. A failed append leaves the blocks not yet appended sealed, for the next try.
     pub(super) fn log_into(&self, st: &mut State, batch: &mut WriteBatch) -> Result<()> {
         for id in st.tags.persisted + 1..=st.tags.names.len() as u32 {
             let name = st.tags.name(id).unwrap_or_default().to_string();
@@ -167,22 +285,24 @@ impl Store {
         if !st.open_block.is_empty() {
             st.seal_block();
         }
-        for info in &st.unindexed {
-            let index = info.encode().map_err(|e| StoreError::DamagedLog {
-                name: format!("index of log block at event {}", info.first_seq),
-                detail: e.to_string(),
-            })?;
-            self.engine.put(batch, keys::index(info.first_seq), index)?;
-        }
-        for block in &st.sealed {
+        while let Some(block) = st.sealed.first() {
             let first = block.next_seq() - block.len() as u64;
-            let encoding = |e: codec::CodecError| StoreError::DamagedLog {
+            let (blob, info) = block.finish().map_err(|e| StoreError::DamagedLog {
                 name: format!("log block at event {first}"),
                 detail: e.to_string(),
-            };
-            let (blob, info) = block.finish().map_err(encoding)?;
-            let index = info.encode().map_err(encoding)?;
-            self.engine.put(batch, keys::log(info.first_seq), blob)?;
+            })?;
+            let info = self.append_block(&blob, info)?;
+            st.unindexed.push(info);
+            st.sealed.remove(0);
+        }
+        if !st.unindexed.is_empty() {
+            self.engine.sync_files()?;
+        }
+        for info in &st.unindexed {
+            let index = info.encode().map_err(|e| StoreError::DamagedLog {
+                name: format!("index of {}", info.label()),
+                detail: e.to_string(),
+            })?;
             self.engine.put(batch, keys::index(info.first_seq), index)?;
         }
         Ok(())
@@ -218,6 +338,7 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
+    use super::FILE_BYTES;
     use crate::gen::wallet_address;
     use crate::store::test_support::*;
     use crate::store::*;
@@ -253,14 +374,132 @@ mod tests {
             .collect();
         store.ingest_batch(&big).expect("ingest");
         store.flush().expect("flush");
-        let (l, _) = block_keys(&store);
+        let blocks = indexed_blocks(&store);
         // 200 × ~4 KB = ~800 KB: at most 192 KiB a block means at least 5 blocks.
-        assert!(l.len() >= 5, "{l:?}");
-        for (_, v) in entries(&store, &[keys::LOG]) {
-            assert!(v.len() <= log::BLOCK_BYTES + 8_192, "{} bytes", v.len());
+        assert!(blocks.len() >= 5, "{blocks:?}");
+        for b in &blocks {
+            let len = b.place.expect("in a log file").len as usize;
+            assert!(len <= log::BLOCK_BYTES + 8_192, "{len} bytes");
         }
         assert_eq!(logged_events(&store), 200);
         drop(store);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Events of ~4 KB of hex that compresses to about half, so that a few hundred fill the
+    /// 512 KiB test log files.
+    fn long_events(first: u64, n: u64, day: i64) -> Vec<Event> {
+        (first..first + n)
+            .map(|i| Event {
+                extra: (0..96).map(|j| wallet_address(i, j)).collect(),
+                ..Event::new(
+                    1_764_547_200_000 + day * crate::store::model::DAY_MS + i as i64,
+                    wallet_address(3, i),
+                    &[],
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_full_log_file_is_followed_by_one_named_after_the_next_block() {
+        let dir = tempdir("rollover");
+        let store = Store::create(&dir, config()).expect("create");
+        for round in 0..6 {
+            store
+                .ingest_batch(&long_events(round * 150, 150, 0))
+                .expect("ingest");
+            store.flush().expect("flush");
+        }
+        let files = log_files(&store);
+        assert!(files.len() >= 2, "{files:?}");
+        let blocks = indexed_blocks(&store);
+        for (name, size) in &files {
+            let number = log::file_number(name).expect("a log file name");
+            let inside: Vec<_> = blocks
+                .iter()
+                .filter(|b| b.place.expect("placed").file == number)
+                .collect();
+            // Named after its first block; its blocks back to back from byte 0, in order.
+            assert_eq!(inside.first().map(|b| b.first_seq), Some(number), "{name}");
+            let mut at = 0;
+            for b in &inside {
+                let p = b.place.expect("placed");
+                assert_eq!(p.offset, at, "{name}: {b:?}");
+                at += u64::from(p.len);
+            }
+            assert_eq!(at, *size, "{name} holds exactly its blocks");
+            // Only the newest file may pass the limit, and only by its one block.
+            assert!(*size <= FILE_BYTES || inside.len() == 1, "{name}: {size}");
+        }
+        drop(store);
+        let store = Store::open(&dir).expect("reopen");
+        assert_eq!(logged_events(&store), 900);
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_log_file_whose_blocks_all_expired_is_removed() {
+        let dir = tempdir("expire-files");
+        let cfg = Config {
+            retention_ms: Some(2 * crate::store::model::DAY_MS),
+            ..config()
+        };
+        let store = Store::create(&dir, cfg).expect("create");
+        for day in 0..6 {
+            store
+                .ingest_batch(&long_events(day as u64 * 300, 300, day))
+                .expect("ingest");
+            store.checkpoint().expect("checkpoint");
+        }
+        let files = log_files(&store);
+        let blocks = indexed_blocks(&store);
+        let first_file = blocks[0].place.expect("placed").file;
+        // Every file left holds an indexed block, and the oldest days' files are gone.
+        assert_eq!(
+            log::file_number(&files[0].0),
+            Some(first_file),
+            "{files:?} {blocks:?}"
+        );
+        assert!(blocks[0].min_time >= 1_764_547_200_000 + 3 * crate::store::model::DAY_MS);
+        assert!(
+            log::file_number(&files[0].0).expect("named") > 0,
+            "the first file went"
+        );
+        let kept = logged_events(&store);
+        assert_eq!(kept as u32, blocks.iter().map(|b| b.count).sum::<u32>());
+        assert!(store.check().expect("check").is_clean());
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_crash_between_writing_blocks_and_indexing_them_loses_nothing_acknowledged() {
+        let mem = MemEngine::new();
+        let store = Store::create_with(Box::new(mem.clone()), config()).expect("create");
+        store.ingest_batch(&long_events(0, 400, 0)).expect("ingest");
+        store.flush().expect("flush");
+        let acked = indexed_blocks(&store);
+        // Blocks written early, never synced or indexed; then the power goes.
+        store
+            .ingest_batch(&long_events(400, 400, 0))
+            .expect("ingest");
+        assert!(
+            block_keys(&store).0.len() > acked.len(),
+            "blocks written early"
+        );
+        let after = mem.crash(0);
+        std::mem::forget(store);
+        let store = Store::open_with(Box::new(after.clone())).expect("reopen");
+        assert_eq!(indexed_blocks(&store), acked);
+        assert_eq!(logged_events(&store), 400);
+        // The torn tail is cut: new blocks follow the acknowledged ones and read back.
+        store
+            .ingest_batch(&long_events(400, 400, 0))
+            .expect("ingest");
+        store.flush().expect("flush");
+        assert_eq!(logged_events(&store), 800);
+        assert!(store.check().expect("check").is_clean());
     }
 }

@@ -244,7 +244,7 @@ fn merge_into(
         let mut count = 0u32;
         let mut unknown_tag = None;
         input
-            .read_block(info.first_seq, &mut |ev| {
+            .read_block(&info, &mut |ev| {
                 ids.clear();
                 for &t in ev.tag_ids() {
                     match ours[i].get(t as usize) {

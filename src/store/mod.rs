@@ -92,7 +92,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::Duration;
 
-/// The on-disk format this build writes. 5: records of sketches imported from DataSketches
+/// The on-disk format this build writes. 6: log blocks in append-only files beside sled's
+/// (`log/`), their index entries holding each block's place; a build that reads only 5 would
+/// take those entries for damage and find no blocks. 5: records of sketches imported from DataSketches
 /// images (`X` keys, see `imported`), which a build that reads only 4 would leave out of a set
 /// it rebuilds from the log; HyperLogLogs built by updates store their HIP accumulator
 /// (`HyperLogLog::VERSION` 2); Theta sketches hold up to 15/16 of their 2k slots
@@ -103,11 +105,11 @@ use std::time::Duration;
 /// and Count-Min sketches start in exact forms, a changed layout. 2: Count-Min rows hashed by
 /// independent SHA-256 words instead of double hashing (a version-1 store's Count-Min tables
 /// would be read under the wrong columns, so it is refused with its version named).
-pub const FORMAT_VERSION: u32 = 5;
-/// The oldest format this build reads: a format-3 or -4 store differs only in what 4 and 5
-/// added (a format-4 store has no `X` keys), and every form of blocks, reservoirs and
-/// HyperLogLogs is read. Opening one records it as format 5 before anything is written in the
-/// new forms.
+pub const FORMAT_VERSION: u32 = 6;
+/// The oldest format this build reads: a format-3, -4 or -5 store differs only in what 4, 5 and
+/// 6 added (a format-4 store has no `X` keys, a format-5 one keeps its blocks under `L` keys,
+/// still read where they are), and every form of blocks, reservoirs and HyperLogLogs is read.
+/// Opening one records it as format 6 before anything is written in the new forms.
 pub const OLDEST_FORMAT: u32 = 3;
 /// The blob kind of the store's metadata records (format version, config, checkpoint).
 pub const META_KIND: u8 = kinds::META.blob;

@@ -78,6 +78,7 @@ impl Store {
         state.acked = Ack::verify(&engine, state.next_seq)?;
         // Before anything new is written at these positions.
         Self::remove_orphan_blocks(&engine, state.next_seq)?;
+        Self::remove_unused_files(&engine)?;
         // Before anything reads a set: a committed import's staged sets moved into place, an
         // uncommitted one's deleted.
         Self::finish_staging(&engine)?;
@@ -412,20 +413,27 @@ mod tests {
         let store = Store::create(&dir, config()).expect("create");
         store.ingest_batch(&events(0, 100)).expect("ingest");
         store.flush().expect("flush");
-        // What a crash after early block writes, before the flush that indexes them, leaves.
+        let kept = log_files(&store);
+        assert_eq!(kept.len(), 1, "{kept:?}");
+        // What a crash after early block writes, before the flush that indexes them, leaves:
+        // bytes after the last indexed block, a later file, and (from a format-5 build) an `L`
+        // key past the end.
         let next = store.lock().expect("lock").next_seq;
-        for first in [next, next + log::BLOCK_EVENTS as u64] {
-            poke(
-                &store,
-                &keys::log(first),
-                Some(b"written early, never indexed".to_vec()),
-            );
-        }
+        store
+            .engine
+            .file_append(&kept[0].0, b"written early, never indexed")
+            .expect("append");
+        store
+            .engine
+            .file_append(&log::file_name(next + 1), b"a later file")
+            .expect("append");
+        poke(&store, &keys::log(next), Some(b"never indexed".to_vec()));
         // The closing checkpoint indexes only blocks this process wrote, so they stay orphans.
         drop(store);
         let store = Store::open(&dir).expect("reopen");
         let (l, i) = block_keys(&store);
-        assert_eq!(l, i, "the orphans are gone: {l:?}");
+        assert_eq!(l, i, "the orphan key is gone: {l:?}");
+        assert_eq!(log_files(&store), kept, "cut back to the indexed blocks");
         assert_eq!(logged_events(&store), 100);
         store.ingest_batch(&events(100, 10)).expect("ingest");
         store.flush().expect("flush");

@@ -20,7 +20,7 @@
 use super::error::{Result, StoreError};
 use super::log::{self, BlockInfo, LogEvent};
 use super::state::{State, TagDict};
-use super::{keys, model::Sample, Store};
+use super::{model::Sample, Store};
 use crate::sketch::{ScalableBloom, SketchSet};
 use rustc_hash::FxHashMap;
 use std::cell::Cell;
@@ -274,7 +274,7 @@ impl Store {
                 each(ev);
             }
         };
-        // The blocks the view had unindexed are read by their `L` keys, in order, after the
+        // The blocks the view had unindexed are read by their places, in order, after the
         // indexed ones: the writer may index them during the walk, and the walk must neither
         // miss them nor meet them twice.
         let walk_end = view
@@ -296,14 +296,20 @@ impl Store {
             if stop() {
                 return Ok(false);
             }
-            let block = self
-                .engine
-                .get(&keys::log(info.first_seq))?
-                .ok_or(StoreError::Stale)?;
-            log::decode_block(&block, &mut on_disk).map_err(|detail| StoreError::DamagedLog {
-                name: format!("log block at event {}", info.first_seq),
-                detail,
-            })?;
+            // Gone, or other events at its place: an import that wrote it rolled back (and
+            // the writer may have appended since); the next view does not have it.
+            let block = self.block_bytes(info)?.ok_or(StoreError::Stale)?;
+            if let Err(detail) = log::decode_block_expecting(&block, info, &mut on_disk) {
+                let replaced = log::block_header(&block)
+                    .is_ok_and(|h| (h.first_seq, h.count) != (info.first_seq, info.count));
+                return Err(match replaced {
+                    true => StoreError::Stale,
+                    false => StoreError::DamagedLog {
+                        name: info.label(),
+                        detail,
+                    },
+                });
+            }
         }
         for (info, body) in &view.pending {
             if !wanted(info) {

@@ -506,8 +506,9 @@ mod tests {
                 for batch in events.chunks(500) {
                     imp.ingest_batch(batch)?;
                 }
-                // Syncs from here: the commit's (1), then the roll-forward's (2) fails.
-                engine.fail_nth_sync(2);
+                // Syncs from here: the commit's log files (1) and batch (2), then the
+                // roll-forward's (3) fails.
+                engine.fail_nth_sync(3);
                 Ok(())
             });
             let err = outcome.expect_err("the roll-forward's sync fails");

@@ -1,7 +1,7 @@
 //! Helpers shared by the store's unit tests.
 
 use super::model::Slice;
-use super::{keys, Config, Event, Store, TimeRange, WriteBatch};
+use super::{keys, log, Config, Event, Store, TimeRange, WriteBatch};
 use crate::gen::wallet_address;
 use std::path::PathBuf;
 
@@ -37,7 +37,8 @@ pub(crate) fn events(first: u64, n: u64) -> Vec<Event> {
         .collect()
 }
 
-/// The first sequence numbers of the `L` and of the `I` keys.
+/// The first sequence numbers of the blocks written (indexed, or written early and waiting
+/// for their index entries) and of the blocks indexed.
 pub(crate) fn block_keys(store: &Store) -> (Vec<u64>, Vec<u64>) {
     let seqs = |prefix: u8| -> Vec<u64> {
         entries(store, &[prefix])
@@ -45,7 +46,57 @@ pub(crate) fn block_keys(store: &Store) -> (Vec<u64>, Vec<u64>) {
             .map(|(k, _)| keys::seq_of(&k).expect("a seq"))
             .collect()
     };
-    (seqs(keys::LOG), seqs(keys::INDEX))
+    let indexed = seqs(keys::INDEX);
+    let mut written = indexed.clone();
+    written.extend(seqs(keys::LOG));
+    written.extend(
+        store
+            .lock()
+            .expect("lock")
+            .unindexed
+            .iter()
+            .map(|i| i.first_seq),
+    );
+    written.sort_unstable();
+    written.dedup();
+    (written, indexed)
+}
+
+/// The index entries of the log, in order.
+pub(crate) fn indexed_blocks(store: &Store) -> Vec<log::BlockInfo> {
+    store.log_blocks().expect("index")
+}
+
+/// The log files with their lengths.
+pub(crate) fn log_files(store: &Store) -> Vec<(String, u64)> {
+    store.engine.file_list().expect("list")
+}
+
+/// Damages the indexed block starting at event `first` in its log file, behind the store's
+/// back: `f` gets the block's bytes and changes them in place (their length stays, as a torn or
+/// rotten sector leaves it).
+pub(crate) fn damage_block(store: &Store, first: u64, f: impl FnOnce(&mut [u8])) {
+    use std::io::{Seek, SeekFrom, Write};
+    let info = indexed_blocks(store)
+        .into_iter()
+        .find(|b| b.first_seq == first)
+        .expect("an indexed block");
+    let place = info.place.expect("in a log file");
+    let name = log::file_name(place.file);
+    let mut bytes = store
+        .engine
+        .file_read(&name, place.offset, place.len as usize)
+        .expect("read")
+        .expect("there");
+    f(&mut bytes);
+    let path = store.path.join("log").join(&name);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("open the log file");
+    file.seek(SeekFrom::Start(place.offset)).expect("seek");
+    file.write_all(&bytes).expect("write");
+    file.sync_all().expect("sync");
 }
 
 /// Every entry under `prefix`, read through the store's engine.
