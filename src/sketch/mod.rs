@@ -21,9 +21,11 @@ pub mod bounds;
 pub mod countmin;
 pub mod datasketches;
 pub mod hll;
+pub mod packed;
 pub mod reservoir;
 pub mod set;
 pub mod theta;
+pub mod wallet;
 
 pub use bloom::{BloomFilter, Presence, ScalableBloom};
 pub use countmin::{CountMin, TopEntry};
