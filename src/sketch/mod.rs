@@ -30,7 +30,7 @@ pub mod wallet;
 pub use bloom::{BloomFilter, Presence, ScalableBloom};
 pub use countmin::{CountMin, TopEntry};
 pub use hll::HyperLogLog;
-pub use reservoir::{HeapSize, Reservoir};
+pub use reservoir::{HeapSize, Reservoir, ReservoirState};
 pub use set::{SketchConfig, SketchSet};
 pub use theta::Theta;
 
