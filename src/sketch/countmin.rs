@@ -2248,7 +2248,7 @@ mod tests {
             w.to_uppercase().into_bytes(),
             w.replacen("0x", "0X", 1).into_bytes(),
             format!("0x{}", w[2..].to_uppercase()).into_bytes(),
-            w[..41].as_bytes().to_vec(),
+            w.as_bytes()[..41].to_vec(),
             format!("{w}0").into_bytes(),
             format!("{}g", &w[..41]).into_bytes(),
             format!("{}\u{e9}", &w[..40]).into_bytes(),
