@@ -51,9 +51,11 @@
 //! sketch decoded from disk converts exactly as the live one. At the defaults (108,760 table
 //! bytes) the exact form holds 1,170 42-byte wallets.
 
-use super::{Estimate, ItemSketch, Sketch, SketchError, SketchKind};
+use super::packed::{put_varint, Bytes, Reader};
+use super::{wallet, Estimate, ItemSketch, Sketch, SketchError, SketchKind};
 use crate::hash::{next_prime, Item, ShaWords, TableSize};
-use serde::{Deserialize, Serialize};
+use serde::ser::SerializeStructVariant;
+use serde::{Deserialize, Serialize, Serializer};
 
 /// Default heavy-hitter heap size.
 pub const DEFAULT_TOP_K: usize = 100;
@@ -84,12 +86,99 @@ pub struct CountMin {
     form: Form,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(try_from = "StoredForm")]
 enum Form {
     /// Every item's exact count.
     Exact(ExactCounts),
     /// `depth` rows of `width` counters, row-major, and the heaviest candidates.
     Table { table: Vec<u64>, top: TopK },
+}
+
+/// A form as stored. Layout 3 wrote the first two variants (items as text, counts and
+/// estimates at 8 bytes, each candidate with its digest); layout 4 writes the last two, whose
+/// items and counts are packed ([`PackedCounts`], [`PackedTopK`]). New variants go at the end,
+/// so one type reads both layouts.
+#[derive(Deserialize)]
+#[serde(rename = "Form")]
+enum StoredForm {
+    Exact(ExactCounts),
+    Table { table: Vec<u64>, top: TopK },
+    PackedExact(PackedCounts),
+    PackedTable { table: Vec<u64>, top: PackedTopK },
+}
+
+/// Variant numbers of [`StoredForm`]'s packed forms, which [`Form`]'s serializer writes.
+const PACKED_EXACT: u32 = 2;
+const PACKED_TABLE: u32 = 3;
+
+impl Serialize for Form {
+    /// Always a packed variant; the table is written from where it lies, not copied.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Form::Exact(c) => {
+                s.serialize_newtype_variant("Form", PACKED_EXACT, "PackedExact", &c.packed())
+            }
+            Form::Table { table, top } => {
+                let mut v = s.serialize_struct_variant("Form", PACKED_TABLE, "PackedTable", 2)?;
+                v.serialize_field("table", table)?;
+                v.serialize_field("top", &top.packed())?;
+                v.end()
+            }
+        }
+    }
+}
+
+impl TryFrom<StoredForm> for Form {
+    type Error = String;
+
+    fn try_from(s: StoredForm) -> Result<Self, String> {
+        Ok(match s {
+            StoredForm::Exact(c) => Form::Exact(c),
+            StoredForm::Table { table, top } => Form::Table { table, top },
+            StoredForm::PackedExact(p) => Form::Exact(ExactCounts::from_packed(&p.0 .0)?),
+            StoredForm::PackedTable { table, top } => Form::Table {
+                table,
+                top: TopK::from_packed(top)?,
+            },
+        })
+    }
+}
+
+/// Appends an item as the packed forms store it: a varint marker, 0 for a wallet whose 20 bytes
+/// follow ([`wallet::pack`]), else the item's length + 1 and its bytes. Wallets are nearly every
+/// item, so the marker is one byte on them; a raw item's length had to be written anyway.
+fn put_item(out: &mut Vec<u8>, item: &[u8]) {
+    let mut packed = [0u8; wallet::PACKED_LEN];
+    if wallet::pack_bytes(item, &mut packed) {
+        out.push(0);
+        out.extend_from_slice(&packed);
+    } else {
+        put_varint(out, item.len() as u64 + 1);
+        out.extend_from_slice(item);
+    }
+}
+
+/// Reads an item [`put_item`] wrote, appending its text to `out`.
+fn read_item(r: &mut Reader<'_>, out: &mut Vec<u8>) -> Result<(), String> {
+    match r.len()? {
+        0 => wallet::unpack(r.take(wallet::PACKED_LEN)?, out),
+        n => out.extend_from_slice(r.take(n - 1)?),
+    }
+    Ok(())
+}
+
+/// Reads the entry count of a packed form; every entry takes at least two bytes (its marker and
+/// its count), which bounds what a damaged count can make the decoder allocate.
+fn read_entries(r: &mut Reader<'_>) -> Result<usize, String> {
+    let n = r.len()?;
+    if n > r.remaining() / 2 {
+        return Err(format!(
+            "{n} entries in {} bytes of packed form",
+            r.remaining()
+        ));
+    }
+    Ok(n)
 }
 
 /// Rounds a length up to its size class (`min`, then 2^j and 3·2^(j−1)): the exact form's
@@ -146,9 +235,11 @@ struct Counted {
 /// The exact form: an item → count map kept in three flat vectors (an open-addressed index of
 /// entry numbers, the entries, and one arena of item bytes), so an item costs 24 bytes plus its
 /// bytes plus about 5 of index, and no allocation of its own. Stored as the (item, count) pairs
-/// sorted by item.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(into = "StoredCounts", try_from = "StoredCounts")]
+/// sorted by item: packed since layout 4 ([`PackedCounts`]), as text and fixed-width counts in
+/// layout 3 ([`StoredCounts`], still read).
+#[derive(Clone, Debug, Deserialize)]
+#[cfg_attr(test, derive(Serialize), serde(into = "StoredCounts"))]
+#[serde(try_from = "StoredCounts")]
 struct ExactCounts {
     /// Entry number + 1 per slot; 0 is free.
     index: Vec<u32>,
@@ -156,10 +247,18 @@ struct ExactCounts {
     arena: Vec<u8>,
 }
 
-#[derive(Serialize, Deserialize)]
+/// Layout 3's exact counts: each item's text and count at 8 bytes (58 bytes a wallet).
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
 struct StoredCounts {
     items: Vec<(Vec<u8>, u64)>,
 }
+
+/// Layout 4's exact counts, in one byte string: the number of items as a varint, then per item
+/// in byte order its marker and bytes ([`put_item`]) and its count as a varint (22 bytes a
+/// wallet seen a few times).
+#[derive(Serialize, Deserialize)]
+struct PackedCounts(Bytes);
 
 impl ExactCounts {
     fn new() -> Self {
@@ -269,6 +368,7 @@ impl PartialEq for ExactCounts {
     }
 }
 
+#[cfg(test)]
 impl From<ExactCounts> for StoredCounts {
     fn from(c: ExactCounts) -> Self {
         StoredCounts {
@@ -285,17 +385,61 @@ impl TryFrom<StoredCounts> for ExactCounts {
     type Error = String;
 
     fn try_from(s: StoredCounts) -> Result<Self, String> {
-        if s.items.windows(2).any(|w| w[0].0 >= w[1].0) {
+        let mut arena = Vec::new();
+        let mut spans = Vec::with_capacity(s.items.len());
+        for (item, count) in &s.items {
+            spans.push((arena.len(), item.len(), *count));
+            arena.extend_from_slice(item);
+        }
+        ExactCounts::build(&arena, &spans)
+    }
+}
+
+impl ExactCounts {
+    /// The packed stored form (layout 4).
+    fn packed(&self) -> PackedCounts {
+        let mut out = Vec::with_capacity(10 + self.len() * (wallet::PACKED_LEN + 3));
+        put_varint(&mut out, self.len() as u64);
+        for e in self.sorted() {
+            put_item(&mut out, self.item(e));
+            put_varint(&mut out, e.count);
+        }
+        PackedCounts(Bytes(out))
+    }
+
+    /// Reads what [`ExactCounts::packed`] wrote.
+    fn from_packed(bytes: &[u8]) -> Result<Self, String> {
+        let mut r = Reader::new(bytes);
+        let n = read_entries(&mut r)?;
+        let mut arena = Vec::new();
+        let mut spans = Vec::with_capacity(n);
+        for _ in 0..n {
+            let start = arena.len();
+            read_item(&mut r, &mut arena)?;
+            spans.push((start, arena.len() - start, r.varint()?));
+        }
+        if !r.is_empty() {
+            return Err(format!("{} bytes after the exact counts", r.remaining()));
+        }
+        ExactCounts::build(&arena, &spans)
+    }
+
+    /// The exact form holding the items `arena[start..start + len]` with their counts, given
+    /// as `(start, len, count)` in strictly increasing item order (the order every stored
+    /// layout writes), with its vectors at the capacities the live form would have.
+    fn build(arena: &[u8], spans: &[(usize, usize, u64)]) -> Result<Self, String> {
+        let item = |&(start, len, _): &(usize, usize, u64)| arena.get(start..start + len);
+        if spans.windows(2).any(|w| item(&w[0]) >= item(&w[1])) {
             return Err("exact counts unsorted or repeated".into());
         }
-        if s.items.iter().any(|(_, c)| *c == 0) {
+        if spans.iter().any(|&(_, _, c)| c == 0) {
             return Err("an exact count of 0".into());
         }
-        let bytes: usize = s.items.iter().map(|(i, _)| i.len()).sum();
+        let bytes: usize = spans.iter().map(|&(_, len, _)| len).sum();
         if u32::try_from(bytes).is_err() {
             return Err("exact form items exceed 4 GiB".into());
         }
-        let n = s.items.len();
+        let n = spans.len();
         let mut out = ExactCounts {
             index: Vec::new(),
             entries: Vec::with_capacity(if n == 0 {
@@ -309,12 +453,13 @@ impl TryFrom<StoredCounts> for ExactCounts {
                 size_class(bytes, MIN_ARENA)
             }),
         };
-        for (item, count) in &s.items {
+        for span in spans {
+            let item = item(span).ok_or("an exact count's item outside its bytes")?;
             let start = out.arena.len() as u32;
             out.arena.extend_from_slice(item);
             out.entries.push(Counted {
                 key: key_of(&ShaWords::of(item)),
-                count: *count,
+                count: span.2,
                 start,
                 len: item.len() as u32,
             });
@@ -765,11 +910,14 @@ fn add_to_cells(table: &mut [u64], cells: &[usize], count: u64, conservative: bo
 
 impl Sketch for CountMin {
     const KIND: SketchKind = SketchKind::CountMin;
+    /// 4: items packed (a wallet in 20 bytes), counts and estimates as varints, candidates
+    /// without their digests (new variants of the stored form, so layout 3 reads as it was).
     /// 3: a sketch is either its exact counts or its table and heap. (2: rows hashed by
     /// independent digest words, candidates carrying the whole digest. A version-1 table was
     /// filled by double hashing; its counters mean nothing under the new columns.) An older blob
-    /// is refused rather than read.
-    const VERSION: u16 = 3;
+    /// than 3 is refused rather than read.
+    const VERSION: u16 = 4;
+    const OLDEST_VERSION: u16 = 3;
 
     /// Exact with exact: the summed counts, exact while they fit (else converted from the
     /// sum). With a table on either side: the exact side's counts are added to the table as
@@ -935,8 +1083,9 @@ impl TopEntry {
 /// index cached. At K = 100 a scan of 100 contiguous u64s is cheaper than heap bookkeeping, the
 /// common case (an estimate at or below the minimum) is one comparison, and an evicted slot's
 /// item buffer is reused rather than reallocated.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(from = "StoredTopK", into = "StoredTopK")]
+#[derive(Clone, Debug, Deserialize)]
+#[cfg_attr(test, derive(Serialize), serde(into = "StoredTopK"))]
+#[serde(from = "StoredTopK")]
 struct TopK {
     capacity: usize,
     items: Vec<Vec<u8>>,
@@ -947,10 +1096,21 @@ struct TopK {
     min_idx: usize,
 }
 
-#[derive(Serialize, Deserialize)]
+/// Layout 3's heap: each candidate's text, estimate and whole digest (82 bytes a wallet).
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
 struct StoredTopK {
     capacity: usize,
     entries: Vec<TopEntry>,
+}
+
+/// Layout 4's heap: the capacity, then in one byte string the number of candidates as a varint
+/// and per candidate its marker and bytes ([`put_item`]) and its estimate as a varint. The
+/// digest is not stored: it is SHA-256 of the item, recomputed on reading.
+#[derive(Serialize, Deserialize)]
+struct PackedTopK {
+    capacity: usize,
+    entries: Bytes,
 }
 
 impl From<StoredTopK> for TopK {
@@ -961,6 +1121,7 @@ impl From<StoredTopK> for TopK {
     }
 }
 
+#[cfg(test)]
 impl From<TopK> for StoredTopK {
     fn from(t: TopK) -> Self {
         StoredTopK {
@@ -984,6 +1145,45 @@ fn key_of(sha: &ShaWords) -> u64 {
 }
 
 impl TopK {
+    /// The packed stored form (layout 4), candidates in storage order (reading refills them,
+    /// which orders them by estimate).
+    fn packed(&self) -> PackedTopK {
+        let mut out = Vec::with_capacity(10 + self.len() * (wallet::PACKED_LEN + 4));
+        put_varint(&mut out, self.len() as u64);
+        for (item, &estimate) in self.items.iter().zip(&self.estimates) {
+            put_item(&mut out, item);
+            put_varint(&mut out, estimate);
+        }
+        PackedTopK {
+            capacity: self.capacity,
+            entries: Bytes(out),
+        }
+    }
+
+    /// Reads what [`TopK::packed`] wrote.
+    fn from_packed(p: PackedTopK) -> Result<Self, String> {
+        let mut r = Reader::new(&p.entries.0);
+        let n = read_entries(&mut r)?;
+        let mut entries = Vec::with_capacity(n);
+        for _ in 0..n {
+            let mut item = Vec::new();
+            read_item(&mut r, &mut item)?;
+            let estimate = r.varint()?;
+            entries.push(TopEntry {
+                sha: ShaWords::of(&item),
+                item,
+                estimate,
+            });
+        }
+        if !r.is_empty() {
+            return Err(format!("{} bytes after the heavy hitters", r.remaining()));
+        }
+        Ok(TopK::from(StoredTopK {
+            capacity: p.capacity,
+            entries,
+        }))
+    }
+
     fn new(capacity: usize) -> Self {
         // The whole heap at once, so its memory is a function of its capacity alone; capped at
         // the most a valid configuration asks for, so a damaged blob's capacity cannot demand a
@@ -1750,7 +1950,7 @@ mod tests {
         let mut c = CountMin::new(0.01, 0.01, 10).expect("size");
         c.update(&Item::new(wallet(13, 1).as_bytes()));
         let blob = c.encode().expect("encode");
-        assert_eq!(u16::from_le_bytes([blob[4], blob[5]]), 3);
+        assert_eq!(u16::from_le_bytes([blob[4], blob[5]]), CountMin::VERSION);
         for version in [1u16, 2] {
             let mut old = blob.clone();
             old[4..6].copy_from_slice(&version.to_le_bytes());
@@ -1764,7 +1964,7 @@ mod tests {
                     kind: SketchKind::CountMin,
                     source: CodecError::UnsupportedVersion {
                         found: version,
-                        supported: 3
+                        supported: CountMin::VERSION
                     }
                 }
             );
@@ -1930,12 +2130,13 @@ mod tests {
         for i in 0..10 {
             ten.add_bytes(wallet(54, i).as_bytes(), 1);
         }
-        // Stored as (item, count) pairs: 8 + 42 + 8 bytes a wallet over a fixed frame.
+        // Stored packed: a marker byte, 20 bytes and a one-byte count a wallet over a fixed
+        // frame (the item count is one byte for both).
         let empty = CountMin::new(0.001, 0.01, 20)
             .expect("size")
             .encode()
             .expect("encode");
-        assert_eq!(ten.encode().expect("encode").len(), empty.len() + 10 * 58);
+        assert_eq!(ten.encode().expect("encode").len(), empty.len() + 10 * 22);
         assert_damage_detected(&ten);
     }
 
@@ -2039,7 +2240,262 @@ mod tests {
         }
     }
 
+    /// Items that are wallets, items that almost are (each must come back as it was, not as
+    /// the wallet it resembles), and others.
+    fn mixed_items() -> Vec<Vec<u8>> {
+        let w = wallet(60, 1);
+        let mut items: Vec<Vec<u8>> = vec![
+            w.to_uppercase().into_bytes(),
+            w.replacen("0x", "0X", 1).into_bytes(),
+            format!("0x{}", w[2..].to_uppercase()).into_bytes(),
+            w.as_bytes()[..41].to_vec(),
+            format!("{w}0").into_bytes(),
+            format!("{}g", &w[..41]).into_bytes(),
+            format!("{}\u{e9}", &w[..40]).into_bytes(),
+            b"0x".to_vec(),
+            Vec::new(),
+            b"alice".to_vec(),
+            vec![0xff, 0x00, 0x80],
+            vec![b'x'; 300],
+        ];
+        items.extend((0..40).map(|i| wallet(60, i).into_bytes()));
+        items
+    }
+
+    /// The bytes a build before packing (layout 3) wrote for this sketch: the same fields,
+    /// the form as its first two variants, items as text and counts at 8 bytes.
+    fn encode_layout_3(c: &CountMin) -> Vec<u8> {
+        #[derive(Serialize)]
+        #[serde(rename = "Form")]
+        enum V3Form<'a> {
+            Exact(&'a ExactCounts),
+            Table { table: &'a Vec<u64>, top: &'a TopK },
+        }
+        #[derive(Serialize)]
+        struct V3<'a> {
+            width: TableSize,
+            depth: u32,
+            epsilon: f64,
+            delta: f64,
+            conservative: bool,
+            total: u64,
+            top_k: usize,
+            form: V3Form<'a>,
+        }
+        let form = match &c.form {
+            Form::Exact(counts) => V3Form::Exact(counts),
+            Form::Table { table, top } => V3Form::Table { table, top },
+        };
+        let v3 = V3 {
+            width: c.width,
+            depth: c.depth,
+            epsilon: c.epsilon,
+            delta: c.delta,
+            conservative: c.conservative,
+            total: c.total,
+            top_k: c.top_k,
+            form,
+        };
+        crate::codec::encode_versioned(SketchKind::CountMin as u8, 3, &v3).expect("encode")
+    }
+
+    /// A sketch holding `items` with counts 1, 2, 3, ... (below 200: one varint byte or two).
+    fn holding(epsilon: f64, items: &[Vec<u8>]) -> CountMin {
+        let mut c = CountMin::new(epsilon, 0.01, 10).expect("size");
+        for (i, item) in items.iter().enumerate() {
+            c.add_bytes(item, 1 + i as u64 % 200);
+        }
+        c
+    }
+
+    #[test]
+    fn packed_forms_round_trip_every_item_as_it_was() {
+        let items = mixed_items();
+        let empty = CountMin::new(0.001, 0.01, 10).expect("size");
+        let exact = holding(0.001, &items);
+        // A 29 x 5 table: these items take the exact form far past it.
+        let table = holding(0.1, &items);
+        assert!(empty.is_exact() && exact.is_exact() && !table.is_exact());
+        let mut table_empty_heap = CountMin::new(0.1, 0.01, 0).expect("size");
+        // A heap large enough for every item: wallets and almost-wallets among its candidates.
+        let mut table_every_item = CountMin::new(0.1, 0.01, 100).expect("size");
+        for item in &items {
+            table_empty_heap.add_bytes(item, 1);
+            table_every_item.add_bytes(item, 1);
+        }
+        assert!(!table_empty_heap.is_exact() && !table_every_item.is_exact());
+        let candidates = table_every_item.top(100);
+        assert_eq!(candidates.len(), items.len());
+        for c in [&empty, &exact, &table, &table_empty_heap, &table_every_item] {
+            let back = CountMin::decode(&c.encode().expect("encode")).expect("decode");
+            assert_eq!(&back, c);
+            // A live heap reuses an evicted candidate's buffer, longer than the item it holds
+            // now when that item is shorter; a decoded one allocates each item's length.
+            if c.is_exact() {
+                assert_eq!(back.size_bytes(), c.size_bytes());
+            }
+            for item in &items {
+                assert_eq!(back.count(item), c.count(item), "{item:02x?}");
+            }
+            // The digests recomputed on reading are the ones the live heap holds.
+            assert_eq!(back.top(100), c.top(100));
+        }
+    }
+
+    #[test]
+    fn layout_three_blobs_read_as_the_same_sketch() {
+        let items = mixed_items();
+        let empty = CountMin::new(0.001, 0.01, 10).expect("size");
+        let exact = holding(0.001, &items);
+        let table = holding(0.1, &items);
+        for c in [empty, exact, table] {
+            let old = encode_layout_3(&c);
+            assert_eq!(u16::from_le_bytes([old[4], old[5]]), 3);
+            let mut back = CountMin::decode(&old).expect("a layout-3 blob reads");
+            assert_eq!(back, c);
+            // A live heap reuses an evicted candidate's buffer, longer than the item it holds
+            // now when that item is shorter; a decoded one allocates each item's length.
+            if c.is_exact() {
+                assert_eq!(back.size_bytes(), c.size_bytes());
+            }
+            assert_eq!(back.top(100), c.top(100));
+            // And it goes on exactly as the live one, through conversion for the exact one.
+            let mut live = c.clone();
+            for i in 0..3_000u64 {
+                let w = wallet(61, i % 1_500);
+                back.add_bytes(w.as_bytes(), 1);
+                live.add_bytes(w.as_bytes(), 1);
+            }
+            assert_eq!(back, live);
+            assert_eq!(back.top(10), live.top(10));
+        }
+    }
+
+    /// Layout 4 takes 22 bytes a wallet seen fewer than 128 times (marker, 20 bytes, count),
+    /// layout 3 took 58 (length, 42 bytes of text, count); a table's heap at most 23 a wallet
+    /// whose estimate is below 2^14, against 90 (with the digest).
+    #[test]
+    fn packed_forms_take_a_third_of_layout_three() {
+        let n = 1_000u64;
+        let items: Vec<Vec<u8>> = (0..n).map(|i| wallet(62, i).into_bytes()).collect();
+        let mut c = CountMin::new(0.001, 0.01, 10).expect("size");
+        for (i, item) in items.iter().enumerate() {
+            c.add_bytes(item, 1 + i as u64 % 100);
+        }
+        assert!(c.is_exact());
+        let empty = CountMin::new(0.001, 0.01, 10).expect("size");
+        let base = empty.encode().expect("encode").len() as u64;
+        let base_old = encode_layout_3(&empty).len() as u64;
+        let new = c.encode().expect("encode").len() as u64;
+        let old = encode_layout_3(&c).len() as u64;
+        // The item count's varint grows by a byte from 128 items on.
+        assert!(new <= base + 2 + 22 * n, "{new} bytes for {n} wallets");
+        assert!(
+            old >= base_old + 58 * n,
+            "layout 3: {old} bytes for {n} wallets"
+        );
+        // A table's heap of 100 wallets whose estimates need two varint bytes at most.
+        let mut t = CountMin::new(0.01, 0.01, 100).expect("size");
+        for i in 0..20_000u64 {
+            t.add_bytes(wallet(63, i % 2_000).as_bytes(), 1);
+        }
+        assert!(!t.is_exact());
+        let table = t.table_bytes() as u64;
+        let new = t.encode().expect("encode").len() as u64;
+        let old = encode_layout_3(&t).len() as u64;
+        // Besides the empty exact form: the table's and the capacity's 8-byte lengths.
+        assert!(new <= base + table + 16 + 23 * 100, "{new} bytes");
+        assert!(old >= base_old + table + 90 * 100, "layout 3: {old} bytes");
+    }
+
+    #[test]
+    fn damaged_packed_forms_are_errors_never_panics() {
+        let items = mixed_items();
+        assert_damage_detected(&holding(0.001, &items));
+        assert_damage_detected(&holding(0.1, &items));
+        // Valid frames around lying packed bytes: the exact form's bytes end the payload.
+        let c = holding(0.001, &items);
+        let Form::Exact(counts) = &c.form else {
+            panic!("exact")
+        };
+        let packed = counts.packed().0 .0;
+        let blob = c.encode().expect("encode");
+        let payload = crate::codec::unframe_any(SketchKind::CountMin as u8, 4, &blob)
+            .expect("unframe")
+            .1
+            .to_vec();
+        assert!(payload.ends_with(&packed));
+        let head = &payload[..payload.len() - packed.len() - 8];
+        let with = |bytes: &[u8]| {
+            let mut p = head.to_vec();
+            p.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+            p.extend_from_slice(bytes);
+            let framed =
+                crate::codec::frame_versioned(SketchKind::CountMin as u8, 4, &[&p]).expect("frame");
+            CountMin::decode(&framed)
+        };
+        assert_eq!(with(&packed).as_ref(), Ok(&c));
+        for len in 0..packed.len() {
+            assert!(with(&packed[..len]).is_err(), "cut to {len}");
+        }
+        let mut trailing = packed.clone();
+        trailing.push(0);
+        let mut huge_count = vec![0xff; 9];
+        huge_count.push(0x01);
+        let mut long_marker = vec![1];
+        put_varint(&mut long_marker, u64::MAX);
+        let mut unsorted = vec![2];
+        for item in [b"b", b"a"] {
+            put_item(&mut unsorted, item);
+            unsorted.push(1);
+        }
+        let mut zero = vec![1];
+        put_item(&mut zero, b"a");
+        zero.push(0);
+        for bad in [trailing, huge_count, long_marker, unsorted, zero] {
+            assert!(with(&bad).is_err(), "{bad:02x?}");
+        }
+        // Any byte of the packed form changed: never a panic (a change that keeps the items
+        // sorted and the counts summing to the total is a sketch; the frame's checksum is what
+        // stops such damage on disk).
+        for at in 0..packed.len() {
+            for value in [0x00, 0x01, 0x7f, 0x80, 0xff] {
+                let mut bad = packed.clone();
+                bad[at] = value;
+                let _ = with(&bad);
+            }
+        }
+    }
+
     proptest! {
+        /// Any mix of wallets, almost-wallets and other strings, with any counts, reads back
+        /// as the same exact counts.
+        #[test]
+        fn exact_forms_round_trip(
+            items in proptest::collection::vec(
+                (
+                    prop_oneof![
+                        "0x[0-9a-f]{40}",
+                        "0[xX][0-9a-fA-F]{39,41}",
+                        ".{0,50}",
+                    ],
+                    1u64..1 << 40,
+                ),
+                0..60,
+            )
+        ) {
+            let mut c = CountMin::new(0.001, 0.01, 10).expect("size");
+            for (item, n) in &items {
+                c.add_bytes(item.as_bytes(), *n);
+            }
+            prop_assert!(c.is_exact());
+            let back = CountMin::decode(&c.encode().expect("encode")).expect("decode");
+            prop_assert_eq!(&back, &c);
+            for (item, _) in &items {
+                prop_assert_eq!(back.count(item.as_bytes()), c.count(item.as_bytes()));
+            }
+        }
+
         #[test]
         fn never_underestimates(
             items in proptest::collection::vec((0u64..200, 1u64..5), 1..600),

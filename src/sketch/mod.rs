@@ -21,14 +21,16 @@ pub mod bounds;
 pub mod countmin;
 pub mod datasketches;
 pub mod hll;
+pub mod packed;
 pub mod reservoir;
 pub mod set;
 pub mod theta;
+pub mod wallet;
 
 pub use bloom::{BloomFilter, Presence, ScalableBloom};
 pub use countmin::{CountMin, TopEntry};
 pub use hll::HyperLogLog;
-pub use reservoir::{HeapSize, Reservoir};
+pub use reservoir::{HeapSize, Reservoir, ReservoirState};
 pub use set::{SketchConfig, SketchSet};
 pub use theta::Theta;
 

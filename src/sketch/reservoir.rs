@@ -96,6 +96,20 @@ pub struct Reservoir<T> {
     rng: StdRng,
 }
 
+/// A reservoir's Algorithm L state besides its sample: what an owner that stores the sample its
+/// own way (the store packs sampled sequence numbers) stores with it, so that
+/// [`Reservoir::from_state`] rebuilds the reservoir exactly.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReservoirState {
+    pub capacity: usize,
+    /// Events offered so far (n).
+    pub seen: u64,
+    /// Algorithm L's W.
+    pub w: f64,
+    /// The stream position of the next event to accept once full.
+    pub next: u64,
+}
+
 impl<T> Reservoir<T> {
     /// An empty reservoir seeded from the operating system.
     pub fn new(capacity: usize) -> Self {
@@ -117,6 +131,58 @@ impl<T> Reservoir<T> {
             next: 0,
             rng,
         }
+    }
+
+    /// The state besides the sample (see [`ReservoirState`]).
+    pub fn state(&self) -> ReservoirState {
+        ReservoirState {
+            capacity: self.capacity,
+            seen: self.seen,
+            w: self.w,
+            next: self.next,
+        }
+    }
+
+    /// The reservoir with `state` holding `items` in slot order (the order [`Reservoir::items`]
+    /// gave them: a replacement picks a slot by index, so the order is part of the state),
+    /// seeded from the operating system as a decoded one is. Refused as [`Sketch::validate`]
+    /// refuses an inconsistent decoded reservoir.
+    pub fn from_state(state: ReservoirState, items: Vec<T>) -> Result<Self, SketchError> {
+        let r = Reservoir {
+            capacity: state.capacity,
+            seen: state.seen,
+            items,
+            w: state.w,
+            next: state.next,
+            rng: os_rng(),
+        };
+        r.check()?;
+        Ok(r)
+    }
+
+    /// The invariants of [`Sketch::validate`].
+    fn check(&self) -> Result<(), SketchError> {
+        let kind = SketchKind::Reservoir;
+        let expected = (self.capacity as u64).min(self.seen);
+        if self.items.len() as u64 != expected {
+            return Err(SketchError::corrupt(
+                kind,
+                format!(
+                    "{} items for capacity {} after {} events",
+                    self.items.len(),
+                    self.capacity,
+                    self.seen
+                ),
+            ));
+        }
+        let full = self.capacity > 0 && self.items.len() == self.capacity;
+        if full && (self.next <= self.seen || !(self.w > 0.0 && self.w <= 1.0)) {
+            return Err(SketchError::corrupt(
+                kind,
+                format!("W={} next={} n={}", self.w, self.next, self.seen),
+            ));
+        }
+        Ok(())
     }
 
     /// Replaces the random source with one seeded from `seed` (for reproducible runs after a
@@ -288,27 +354,7 @@ impl<T: Serialize + DeserializeOwned + Clone + HeapSize> Sketch for Reservoir<T>
     }
 
     fn validate(&self) -> Result<(), SketchError> {
-        let kind = SketchKind::Reservoir;
-        let expected = (self.capacity as u64).min(self.seen);
-        if self.items.len() as u64 != expected {
-            return Err(SketchError::corrupt(
-                kind,
-                format!(
-                    "{} items for capacity {} after {} events",
-                    self.items.len(),
-                    self.capacity,
-                    self.seen
-                ),
-            ));
-        }
-        let full = self.capacity > 0 && self.items.len() == self.capacity;
-        if full && (self.next <= self.seen || !(self.w > 0.0 && self.w <= 1.0)) {
-            return Err(SketchError::corrupt(
-                kind,
-                format!("W={} next={} n={}", self.w, self.next, self.seen),
-            ));
-        }
-        Ok(())
+        self.check()
     }
 }
 

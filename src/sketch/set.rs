@@ -63,7 +63,7 @@ impl Default for SketchConfig {
 /// larger than this is better answered from the raw events.
 pub const MAX_RESERVOIR: usize = 10_000;
 /// The most heavy-hitter candidates a set may keep. Every candidate is re-estimated on every
-/// merge and stored with its item in the Count-Min blob (about 100 bytes each for a wallet), so
+/// merge and stored with its item in the Count-Min blob (about 25 bytes each for a wallet), so
 /// 10,000 keep both under a megabyte per set; a `TOP` longer than that is not a heavy-hitter
 /// question.
 pub const MAX_TOP_K: usize = 10_000;
@@ -219,11 +219,12 @@ impl<E> SketchSet<E> {
 
 impl<E: Serialize + DeserializeOwned + Clone + HeapSize> Sketch for SketchSet<E> {
     const KIND: SketchKind = SketchKind::SketchSet;
-    /// 4: the HyperLogLog inside may hold its HIP accumulator (`HyperLogLog::VERSION` 2, a
+    /// 5: the Count-Min inside is packed (`CountMin::VERSION` 4, variants added, so layouts 3
+    /// and 4 read as they were). 4: the HyperLogLog inside may hold its HIP accumulator (`HyperLogLog::VERSION` 2, a
     /// variant added, so layout 3 reads as it was). 3: the Bloom filter and Count-Min inside
     /// have exact forms (`BloomFilter::VERSION` 2, `CountMin::VERSION` 3). 2: the Count-Min
     /// inside changed layout and hashing.
-    const VERSION: u16 = 4;
+    const VERSION: u16 = 5;
     const OLDEST_VERSION: u16 = 3;
 
     /// Merges family by family; checks every shape first so a failure leaves `self` unchanged.

@@ -178,7 +178,7 @@ impl Store {
             (Part::Hll, s.hll.encode()),
             (Part::Theta, s.theta.encode()),
             (Part::CountMin, s.cms.encode()),
-            (Part::Reservoir, s.reservoir.encode()),
+            (Part::Reservoir, super::sets::encode_reservoir(&s.reservoir)),
         ];
         for (part, blob) in encoded {
             let blob = blob.map_err(|source: SketchError| StoreError::Damaged {

@@ -20,6 +20,7 @@
 
 use super::model::Event;
 use crate::codec::{self, CodecError};
+use crate::sketch::wallet;
 
 /// Events per block: large enough that a block's header and frame cost well under a byte per
 /// event, small enough that decoding one block for a narrow scan stays cheap. A flush writes
@@ -82,58 +83,16 @@ impl<'a> ItemRef<'a> {
     /// The item's text, as it was ingested.
     pub fn to_text(&self) -> String {
         match self {
-            ItemRef::Wallet(b) => {
-                let mut s = String::with_capacity(42);
-                s.push_str("0x");
-                for byte in b.iter() {
-                    s.push(char::from(HEX[(byte >> 4) as usize]));
-                    s.push(char::from(HEX[(byte & 15) as usize]));
-                }
-                s
-            }
+            ItemRef::Wallet(b) => wallet::unpack_string(b),
             ItemRef::Raw(b) => String::from_utf8_lossy(b).into_owned(),
         }
     }
 }
 
-const HEX: &[u8; 16] = b"0123456789abcdef";
-
-/// Parses `0x` + 40 lower-case hex digits into 20 bytes. Upper-case is left raw so that the
-/// text comes back exactly as ingested.
+/// Parses `0x` + 40 lower-case hex digits into 20 bytes (see [`wallet::pack`]).
 fn wallet_bytes(item: &str, out: &mut [u8; 20]) -> bool {
-    let b = item.as_bytes();
-    if b.len() != 42 || &b[..2] != b"0x" {
-        return false;
-    }
-    // A table lookup per digit and one check at the end, instead of a branch per digit: this
-    // runs for every ingested event.
-    let mut invalid = 0u8;
-    for (o, pair) in out.iter_mut().zip(b[2..].chunks_exact(2)) {
-        let (h, l) = (
-            HEX_VALUE[usize::from(pair[0])],
-            HEX_VALUE[usize::from(pair[1])],
-        );
-        invalid |= h | l;
-        *o = h << 4 | l;
-    }
-    invalid & 0xf0 == 0
+    wallet::pack(item, out)
 }
-
-/// The value of a lower-case hex digit, `0xff` for any other byte.
-static HEX_VALUE: [u8; 256] = {
-    let mut t = [0xffu8; 256];
-    let mut i = 0;
-    while i < 10 {
-        t[b'0' as usize + i] = i as u8;
-        i += 1;
-    }
-    let mut i = 0;
-    while i < 6 {
-        t[b'a' as usize + i] = 10 + i as u8;
-        i += 1;
-    }
-    t
-};
 
 /// Slots of the block builder's item dictionary: a power of two at least twice
 /// [`BLOCK_EVENTS`], so a block's distinct items rarely share one.

@@ -10,9 +10,10 @@ use super::keys::{self, Part};
 use super::model::{Event, Sample};
 use super::state::{Active, State, TagDict};
 use super::{codec, kinds, Store};
+use crate::sketch::packed::{put_varint, unzigzag, zigzag, Bytes, Reader};
 use crate::sketch::{
-    BloomFilter, CountMin, HyperLogLog, Reservoir, ScalableBloom, Sketch, SketchError, SketchSet,
-    Theta,
+    BloomFilter, CountMin, HyperLogLog, Reservoir, ReservoirState, ScalableBloom, Sketch,
+    SketchError, SketchKind, SketchSet, Theta,
 };
 use serde::{Deserialize, Serialize};
 
@@ -338,18 +339,342 @@ impl Store {
     }
 }
 
-/// Decodes a stored reservoir: of [`Sample`]s, or of whole events as format-3 stores wrote them
-/// (read as [`Sample::Kept`]). A reservoir with no events has the same bytes in both; any other
-/// blob of one layout fails to decode in the other (bincode rejects trailing bytes, and the two
-/// differ by a variant tag per event), so the fallback cannot misread one as the other.
+/// The layout of a stored reservoir of [`Sample`]s. 2: the samples in slot order as runs of
+/// consecutive logged sequence numbers, each a zig-zag varint delta from the previous one (the
+/// first from 0), and runs of kept events; most deltas take one to three bytes where layout 1
+/// (the reservoir's own, [`Sketch::encode`]) took 12 a sample (a variant tag and 8 bytes). 1 is
+/// still read, and so are format 3's reservoirs of whole events (see [`decode_reservoir`]).
+pub(crate) const SAMPLES_VERSION: u16 = 2;
+
+/// A stored reservoir of samples (layout 2), as read.
+#[derive(Deserialize)]
+struct StoredSamples {
+    state: ReservoirState,
+    runs: Vec<SampleRun>,
+}
+
+/// Consecutive samples of one kind. Never empty.
+#[derive(Deserialize)]
+enum SampleRun {
+    /// Sequence numbers as zig-zag varint deltas, each from the previous logged sample's
+    /// (across kept runs), the reservoir's first from 0.
+    Logged(Bytes),
+    Kept(Vec<Event>),
+}
+
+/// [`StoredSamples`] as written, borrowing the events: the same fields and variants in the
+/// same order, which the round-trip tests hold it to.
+#[derive(Serialize)]
+#[serde(rename = "StoredSamples")]
+struct StoredSamplesOut<'a> {
+    state: ReservoirState,
+    runs: Vec<SampleRunOut<'a>>,
+}
+
+#[derive(Serialize)]
+#[serde(rename = "SampleRun")]
+enum SampleRunOut<'a> {
+    Logged(Bytes),
+    Kept(Vec<&'a Event>),
+}
+
+/// Encodes a set's reservoir in layout [`SAMPLES_VERSION`]. Slot order is kept as it is:
+/// Algorithm R replaces a sample by its slot index, so sorting the seqs to shrink the deltas
+/// would change which sample a later event replaces.
+pub(crate) fn encode_reservoir(r: &Reservoir<Sample>) -> std::result::Result<Vec<u8>, SketchError> {
+    let mut runs: Vec<SampleRunOut<'_>> = Vec::new();
+    let mut prev = 0u64;
+    for sample in r.items() {
+        match sample {
+            Sample::Logged(seq) => {
+                if !matches!(runs.last(), Some(SampleRunOut::Logged(_))) {
+                    runs.push(SampleRunOut::Logged(Bytes(Vec::new())));
+                }
+                if let Some(SampleRunOut::Logged(b)) = runs.last_mut() {
+                    // Wrapping, so that every pair of seqs has a delta and reads back.
+                    put_varint(&mut b.0, zigzag(seq.wrapping_sub(prev) as i64));
+                }
+                prev = *seq;
+            }
+            Sample::Kept(event) => {
+                if !matches!(runs.last(), Some(SampleRunOut::Kept(_))) {
+                    runs.push(SampleRunOut::Kept(Vec::new()));
+                }
+                if let Some(SampleRunOut::Kept(events)) = runs.last_mut() {
+                    events.push(event);
+                }
+            }
+        }
+    }
+    let stored = StoredSamplesOut {
+        state: r.state(),
+        runs,
+    };
+    codec::encode_versioned(SketchKind::Reservoir as u8, SAMPLES_VERSION, &stored).map_err(
+        |source| SketchError::Codec {
+            kind: SketchKind::Reservoir,
+            source,
+        },
+    )
+}
+
+/// Decodes a stored reservoir: layout 2 ([`encode_reservoir`]), layout 1 (the reservoir's own
+/// encoding of [`Sample`]s), or whole events as format-3 stores wrote them (read as
+/// [`Sample::Kept`]). A layout-1 reservoir with no events has the same bytes in both of the
+/// last two; any other blob of one fails to decode in the other (bincode rejects trailing
+/// bytes, and the two differ by a variant tag per event), so the fallback cannot misread one as
+/// the other.
 pub(crate) fn decode_reservoir(
     bytes: &[u8],
 ) -> std::result::Result<Reservoir<Sample>, SketchError> {
-    match Reservoir::<Sample>::decode(bytes) {
-        Ok(r) => Ok(r),
-        Err(current) => match Reservoir::<Event>::decode(bytes) {
-            Ok(old) => Ok(old.map(|e| Sample::Kept(Box::new(e)))),
-            Err(_) => Err(current),
-        },
+    let kind = SketchKind::Reservoir;
+    let codec_error = |source| SketchError::Codec { kind, source };
+    let layout_1 = <Reservoir<Sample> as Sketch>::VERSION;
+    match codec::decode_versioned::<StoredSamples>(kind as u8, SAMPLES_VERSION, bytes) {
+        Ok(stored) => samples_of(stored)
+            .map_err(|detail| codec_error(codec::CodecError::Malformed(detail)))
+            .and_then(|(state, items)| Reservoir::from_state(state, items)),
+        Err(codec::CodecError::UnsupportedVersion { found, .. }) if found == layout_1 => {
+            match Reservoir::<Sample>::decode(bytes) {
+                Ok(r) => Ok(r),
+                Err(current) => match Reservoir::<Event>::decode(bytes) {
+                    Ok(old) => Ok(old.map(|e| Sample::Kept(Box::new(e)))),
+                    Err(_) => Err(current),
+                },
+            }
+        }
+        Err(source) => Err(codec_error(source)),
+    }
+}
+
+/// The samples of a layout-2 reservoir, in slot order.
+fn samples_of(stored: StoredSamples) -> std::result::Result<(ReservoirState, Vec<Sample>), String> {
+    // Exactly the slots held, as a decoded layout-1 reservoir had: a varint ends at each byte
+    // below 0x80.
+    let n = stored
+        .runs
+        .iter()
+        .map(|run| match run {
+            SampleRun::Logged(b) => b.0.iter().filter(|&&x| x < 0x80).count(),
+            SampleRun::Kept(events) => events.len(),
+        })
+        .sum();
+    let mut items = Vec::with_capacity(n);
+    let mut prev = 0u64;
+    for run in stored.runs {
+        match run {
+            SampleRun::Logged(b) => {
+                if b.0.is_empty() {
+                    return Err("an empty run of logged samples".into());
+                }
+                let mut r = Reader::new(&b.0);
+                while !r.is_empty() {
+                    prev = prev.wrapping_add(unzigzag(r.varint()?) as u64);
+                    items.push(Sample::Logged(prev));
+                }
+            }
+            SampleRun::Kept(events) => {
+                if events.is_empty() {
+                    return Err("an empty run of kept samples".into());
+                }
+                items.extend(events.into_iter().map(|e| Sample::Kept(Box::new(e))));
+            }
+        }
+    }
+    Ok((stored.state, items))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::CodecError;
+
+    fn event(i: u64) -> Event {
+        let mut e = Event::new(
+            1_700_000_000_000 + i as i64,
+            format!("0x{i:040x}"),
+            &[("chain", "a")],
+        );
+        e.extra = format!("{{\"n\":{i}}}");
+        e
+    }
+
+    /// A reservoir of `capacity` offered `events` samples, the `i`th `sample(i)`.
+    fn offered(
+        capacity: usize,
+        events: u64,
+        seed: u64,
+        sample: impl Fn(u64) -> Sample,
+    ) -> Reservoir<Sample> {
+        let mut r = Reservoir::with_seed(capacity, seed);
+        for i in 0..events {
+            r.offer_with(|| sample(i));
+        }
+        r
+    }
+
+    fn reservoirs() -> Vec<Reservoir<Sample>> {
+        let logged = |i| Sample::Logged(3 * i + 7);
+        let kept = |i| Sample::Kept(Box::new(event(i)));
+        // Runs of each kind, and seqs far apart in both directions.
+        let mixed = |i: u64| match i % 7 {
+            0 | 1 => kept(i),
+            2 => Sample::Logged(u64::MAX - i),
+            _ => logged(i),
+        };
+        vec![
+            offered(0, 0, 1, logged),
+            offered(0, 5, 1, logged),
+            offered(50, 0, 1, logged),
+            offered(50, 30, 1, logged),
+            offered(50, 5_000, 2, logged),
+            offered(50, 5_000, 3, kept),
+            offered(50, 5_000, 4, mixed),
+            offered(50, 30, 5, mixed),
+            offered(3, 3, 6, |i| {
+                Sample::Logged([u64::MAX, 0, u64::MAX][i as usize])
+            }),
+        ]
+    }
+
+    #[test]
+    fn reservoirs_of_samples_round_trip_in_slot_order() {
+        for r in reservoirs() {
+            let blob = encode_reservoir(&r).expect("encode");
+            assert_eq!(u16::from_le_bytes([blob[4], blob[5]]), SAMPLES_VERSION);
+            let back = decode_reservoir(&blob).expect("decode");
+            assert_eq!(back, r, "{:?}", r.state());
+            // Memory as a reservoir decoded from layout 1 held: each slot taken, no spare.
+            let old = decode_reservoir(&r.encode().expect("encode")).expect("decode");
+            assert_eq!(back.size_bytes(), old.size_bytes());
+        }
+    }
+
+    /// A decoded reservoir goes on sampling exactly as the live one, given the same seed:
+    /// the order of its slots is the live one's.
+    #[test]
+    fn a_decoded_reservoir_replaces_the_same_slots() {
+        let mut live = offered(50, 5_000, 7, Sample::Logged);
+        let mut back = decode_reservoir(&encode_reservoir(&live).expect("encode")).expect("decode");
+        live.reseed(8);
+        back.reseed(8);
+        for i in 5_000..20_000 {
+            live.offer(Sample::Logged(i));
+            back.offer(Sample::Logged(i));
+        }
+        assert_eq!(back, live);
+    }
+
+    #[test]
+    fn layout_one_reservoirs_still_read() {
+        for r in reservoirs() {
+            let old = r.encode().expect("the reservoir's own encoding");
+            assert_eq!(u16::from_le_bytes([old[4], old[5]]), 1);
+            assert_eq!(decode_reservoir(&old).expect("decode"), r);
+        }
+    }
+
+    /// A full reservoir of 1,000 over a day of 20,000 events: its seqs, in slot order, lie
+    /// within the bucket's span, so each delta takes at most three bytes (zig-zag below
+    /// 2^21), against 12 a sample in layout 1. One filling up keeps arrival order: one byte a
+    /// sample while events of the set are less than 64 seqs apart.
+    #[test]
+    fn logged_samples_take_a_few_bytes_each() {
+        let n = 1_000u64;
+        let base = 1_000_000u64;
+        let full = offered(n as usize, 20_000, 9, |i| Sample::Logged(base + i));
+        let filling = offered(n as usize, n, 9, |i| Sample::Logged(base + 3 * i));
+        let overhead = encode_reservoir(&offered(n as usize, 0, 9, Sample::Logged))
+            .expect("encode")
+            .len() as u64
+            // One run: its variant tag and the byte string's length.
+            + 4
+            + 8;
+        for (r, per_sample) in [(&full, 3), (&filling, 1)] {
+            let new = encode_reservoir(r).expect("encode").len() as u64;
+            // The first delta is from 0: up to 10 bytes instead of `per_sample`.
+            assert!(
+                new <= overhead + per_sample * n + 10,
+                "{new} bytes for {n} samples"
+            );
+            let old = r.encode().expect("encode").len() as u64;
+            assert!(old >= 12 * n, "layout 1: {old} bytes");
+        }
+    }
+
+    #[test]
+    fn damaged_reservoirs_are_errors_never_panics() {
+        for r in reservoirs() {
+            let blob = encode_reservoir(&r).expect("encode");
+            for i in 0..blob.len() {
+                let mut bad = blob.clone();
+                bad[i] ^= 0x5a;
+                assert!(
+                    decode_reservoir(&bad).is_err(),
+                    "byte {i} of {:?}",
+                    r.state()
+                );
+            }
+            for len in 0..blob.len() {
+                assert!(decode_reservoir(&blob[..len]).is_err(), "cut to {len}");
+            }
+        }
+        // Valid frames around lying payloads.
+        let frame = |state: ReservoirState, runs: Vec<SampleRunOut<'_>>| {
+            codec::encode_versioned(
+                SketchKind::Reservoir as u8,
+                SAMPLES_VERSION,
+                &StoredSamplesOut { state, runs },
+            )
+            .expect("encode")
+        };
+        let state = |capacity, seen| ReservoirState {
+            capacity,
+            seen,
+            w: 1.0,
+            next: 0,
+        };
+        let kept = event(1);
+        let bad = [
+            // A varint cut short.
+            frame(state(5, 1), vec![SampleRunOut::Logged(Bytes(vec![0x80]))]),
+            // Empty runs are never written.
+            frame(state(5, 0), vec![SampleRunOut::Logged(Bytes(Vec::new()))]),
+            frame(state(5, 0), vec![SampleRunOut::Kept(Vec::new())]),
+            // More samples than the state allows.
+            frame(state(5, 1), vec![SampleRunOut::Logged(Bytes(vec![2, 2]))]),
+            frame(state(1, 1), vec![SampleRunOut::Kept(vec![&kept, &kept])]),
+        ];
+        for blob in &bad {
+            let err = decode_reservoir(blob).expect_err("refused");
+            assert!(
+                matches!(
+                    err,
+                    SketchError::Corrupt { .. }
+                        | SketchError::Codec {
+                            source: CodecError::Malformed(_),
+                            ..
+                        }
+                ),
+                "{err}"
+            );
+        }
+        // Any byte of a valid frame's payload changed: an error or a reservoir, never a panic.
+        let r = &reservoirs()[6];
+        let blob = encode_reservoir(r).expect("encode");
+        let payload = codec::unframe_any(SketchKind::Reservoir as u8, SAMPLES_VERSION, &blob)
+            .expect("unframe")
+            .1
+            .to_vec();
+        for at in 0..payload.len() {
+            for value in [0x00, 0x01, 0x7f, 0x80, 0xff] {
+                let mut p = payload.clone();
+                p[at] = value;
+                let framed =
+                    codec::frame_versioned(SketchKind::Reservoir as u8, SAMPLES_VERSION, &[&p])
+                        .expect("frame");
+                let _ = decode_reservoir(&framed);
+            }
+        }
     }
 }
