@@ -93,8 +93,9 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::Duration;
 
 /// The on-disk format this build writes. 6: log blocks in append-only files beside sled's
-/// (`log/`), their index entries holding each block's place; a build that reads only 5 would
-/// take those entries for damage and find no blocks. 5: records of sketches imported from DataSketches
+/// (`log/`), their index entries holding each block's place; Count-Min sketches with wallets
+/// packed to 20 bytes (`CountMin::VERSION` 4) and reservoirs of samples as varint deltas
+/// (`SAMPLES_VERSION` 2); a build that reads only 5 would take all three for damage. 5: records of sketches imported from DataSketches
 /// images (`X` keys, see `imported`), which a build that reads only 4 would leave out of a set
 /// it rebuilds from the log; HyperLogLogs built by updates store their HIP accumulator
 /// (`HyperLogLog::VERSION` 2); Theta sketches hold up to 15/16 of their 2k slots
