@@ -20,7 +20,8 @@ const BUDGET: u64 = 64 * MIB;
 ///
 /// - sled's page cache, `Config::engine_cache_bytes`: 64 MiB by default (`init` has no flag
 ///   for it). sled counts a page by its size in the log, so it holds somewhat more;
-/// - sled's write buffers: one segment (16 MiB) each, about three in flight (48 MiB under
+/// - sled's write buffers: one segment each (4 MiB; 16 MiB in stores made before format 6),
+///   about three in flight (48 MiB under
 ///   heaptrack on four days of this input);
 /// - the parser thread's batches: `ingest::BATCH` = 16,384 events, about 13 MB of strings for
 ///   `gen chains` lines; at most six exist (one being parsed, two waiting, one being applied,

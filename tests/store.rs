@@ -715,8 +715,7 @@ fn config_validation_refuses_what_the_store_would_trip_over_later() {
         }),
         "false-positive rate",
     );
-    // Theta at 2^20 holds up to 2^21 hashes (16 MiB): past the largest value sled keeps in
-    // its synced segment log.
+    // Theta at 2^20 holds up to 2^21 hashes (16 MiB): past the largest sketch a set may hold.
     refused(
         sk(SketchConfig {
             theta_nominal_entries: 1 << 20,

@@ -29,12 +29,11 @@ pub const MAX_TAGS: usize = 16;
 /// mistake (a data line read as a header, say).
 pub const MAX_NAME_BYTES: usize = 128;
 
-/// The largest stored sketch the configuration may imply: below a quarter of sled's segment,
-/// the size past which sled writes a value to a file of its own that it never syncs (see
-/// [`super::SEGMENT_BYTES`]), with room left for the blob's header and the Count-Min's
-/// heavy-hitter entries. A larger sketch would survive a process crash but not a power cut,
-/// breaking `flush`'s promise.
-pub const MAX_SKETCH_BLOB: u64 = (super::SEGMENT_BYTES as u64) / 4 - (1 << 20);
+/// The largest stored sketch the configuration may imply (3 MiB). Values reach sled in chunks of
+/// at most [`super::VALUE_MAX`], so this no longer guards sled's blob files; it bounds what one
+/// set costs to hold, rewrite and read back (a 3 MiB sketch is 192 chunks), and it is the
+/// limit every existing store's configuration was accepted under.
+pub const MAX_SKETCH_BLOB: u64 = 3 << 20;
 
 /// The storage engine's page cache unless configured otherwise: 64 MiB.
 pub const DEFAULT_ENGINE_CACHE_BYTES: u64 = 64 << 20;

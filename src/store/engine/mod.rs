@@ -17,13 +17,14 @@ pub mod sled;
 
 use std::path::{Path, PathBuf};
 
-/// The largest value the store writes (64 KiB); `store::seam` stores larger ones as chunks of
-/// this size and [`WriteBatch::put`] refuses anything over it. Why 64 KiB: sled 0.34 moves any log message over
-/// `segment_size / 4` into a blob file that it never fsyncs and never reclaims; a leaf node
-/// holds at most 16 entries before it splits, plus up to 10 deltas before it is consolidated, so
-/// a consolidated node stays under about 27 × (value + key) ≈ 1.8 MiB, well below the 4 MiB
-/// threshold of the 16 MiB segments new stores use.
-pub const VALUE_MAX: usize = 64 << 10;
+/// The largest value the store writes (16 KiB); `store::seam` stores larger ones as chunks of
+/// this size and [`WriteBatch::put`] refuses anything over it. Why 16 KiB: sled 0.34 moves any
+/// log message over `segment_size / 4` into a blob file that it never fsyncs and never
+/// reclaims; a leaf node holds at most 16 entries before it splits, plus up to 10 deltas before
+/// it is consolidated, so a consolidated node stays under about 27 × (value + key) ≈ 450 KiB,
+/// below the 1 MiB threshold of the 4 MiB segments new stores use (and far below the 4 MiB of
+/// the 16 MiB segments older stores have).
+pub const VALUE_MAX: usize = 16 << 10;
 
 /// What an engine call can fail with.
 #[derive(Debug, thiserror::Error)]
