@@ -26,6 +26,8 @@ pub struct Import<'s> {
     pub(super) store: &'s Store,
     pub(super) st: &'s mut State,
     pub(super) events: u64,
+    /// Records the commit writes beside the sets, in its one batch (a merge's `X` records).
+    pub(super) extra: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
 impl Import<'_> {
@@ -90,15 +92,17 @@ impl Store {
         st.importing = true;
         st.import_failed = None;
         self.importer.store(thread_token(), Ordering::Release);
-        let outcome = {
+        let (outcome, extra) = {
             let mut import = Import {
                 store: self,
                 st: &mut st,
                 events: 0,
+                extra: Vec::new(),
             };
             // Caught so that the rollback runs with the lock held and the mutex is not
             // poisoned; the panic is resumed below, after the lock is released.
-            catch_unwind(AssertUnwindSafe(|| fill(&mut import)))
+            let outcome = catch_unwind(AssertUnwindSafe(|| fill(&mut import)));
+            (outcome, std::mem::take(&mut import.extra))
         };
         self.importer.store(0, Ordering::Release);
         match outcome {
@@ -111,7 +115,7 @@ impl Store {
                     }),
                     None => self
                         .prepare_commit(&mut st)
-                        .and_then(|()| self.checkpoint_locked(&mut st)),
+                        .and_then(|()| self.checkpoint_with(&mut st, extra)),
                 };
                 let committed = match committed {
                     Ok(()) => Ok(value),

@@ -3,8 +3,8 @@
 //!
 //! The image's sketch goes into the set's HLL or Theta part, so every query that merges those
 //! parts (DISTINCT, and Theta's AND / EXCEPT / NOT) counts its items with the set's own. The
-//! union of everything imported into a set is also kept beside it, under its `X` key, for
-//! three readers: `repair`, which rebuilds a set from the raw log (where imported items never
+//! union of everything imported into a set is also kept beside it, under its `X` key (and
+//! carried into a merged store's set by `merge`), for three readers: `repair`, which rebuilds a set from the raw log (where imported items never
 //! were) and adds it back; the planner, which must not answer DISTINCT from the raw log for a
 //! range holding imported items ([`Store::imported_sets`]); and `check`, which names a damaged
 //! one. The other families (Bloom, Count-Min, exact counts, reservoirs) and the raw log know
@@ -56,6 +56,30 @@ impl ImportedRecord {
         }
         self.images += 1;
         Ok(())
+    }
+
+    /// Adds the sketches of another set's record (a merged store's set holds both).
+    pub(super) fn merge(&mut self, other: &ImportedRecord) -> std::result::Result<(), SketchError> {
+        match (&mut self.hll, &other.hll) {
+            (Some(mine), Some(theirs)) => mine.merge(theirs)?,
+            (None, Some(theirs)) => self.hll = Some(theirs.clone()),
+            _ => {}
+        }
+        match (&mut self.theta, &other.theta) {
+            (Some(mine), Some(theirs)) => mine.merge(theirs)?,
+            (None, Some(theirs)) => self.theta = Some(theirs.clone()),
+            _ => {}
+        }
+        self.images += other.images;
+        Ok(())
+    }
+
+    /// The record as its `X` key stores it.
+    pub(super) fn encode(&self) -> std::result::Result<Vec<u8>, SketchError> {
+        codec::encode(kinds::IMPORTED.blob, self).map_err(|source| SketchError::Codec {
+            kind: SketchKind::SketchSet,
+            source,
+        })
     }
 
     pub(super) fn families(&self) -> ImportedSets {
@@ -207,12 +231,7 @@ impl Store {
         };
         let blob = record
             .add(&incoming)
-            .and_then(|()| {
-                codec::encode(kinds::IMPORTED.blob, &record).map_err(|source| SketchError::Codec {
-                    kind: SketchKind::SketchSet,
-                    source,
-                })
-            })
+            .and_then(|()| record.encode())
             .map_err(damaged);
         let blob = match blob {
             Ok(b) => b,

@@ -18,6 +18,10 @@
 //!   union, event counts added, and reservoirs by stream length (each slot from input `i` with
 //!   probability `n_i / Σn`, without replacement). Samples that are log positions
 //!   ([`Sample::Logged`]) are re-pointed at the events' new positions first.
+//! - **Imported sketches.** A set holding DataSketches images (an `X` record, see `imported`)
+//!   passes them on: the output set's record becomes the union of its own and the inputs',
+//!   written by the commit's batch, so the planner keeps exact answers off the merged set and
+//!   `repair` adds those items back as it would in the input.
 //! - **All-time filter.** Where every input still holds all its raw events, the appended
 //!   events' items go into this store's filter as ingest would put them, so it adds layers as
 //!   one store's does and keeps its target rate; otherwise (retention dropped some) the inputs'
@@ -30,6 +34,7 @@
 
 use super::error::{Result, StoreError};
 use super::import::Import;
+use super::imported::ImportedRecord;
 use super::keys::{self, Part};
 use super::log::{BlockInfo, MAX_TAGS};
 use super::model::Sample;
@@ -326,6 +331,10 @@ fn merge_into(
     let mut held_bytes = Store::sets_bytes(st);
     let size_of =
         |st: &super::state::State, key| st.sets.get(&key).map_or(0, |a| a.set.size_bytes());
+    // `X` records of sets holding imported sketches, written by the commit: the merged set
+    // holds their items, so the planner must keep exact answers off it and repair must add
+    // them back, as in the input.
+    let mut records = Vec::new();
     for ((bucket, name), from) in sets {
         let tag = name
             .as_deref()
@@ -336,9 +345,29 @@ fn merge_into(
         if !was_held {
             held_bytes += loaded;
         }
+        let mut record = match st.imported.contains_key(&(tag, bucket)) {
+            true => out.read_imported(&st.tags, tag, bucket)?,
+            false => None,
+        };
         for (i, their_tag) in from {
             let (input, h) = (inputs[i], &held[i]);
             let name_of = |part: Part| input.blob_name(&h.tags, part, their_tag, bucket);
+            if h.imported.contains_key(&(their_tag, bucket)) {
+                let theirs = input
+                    .read_imported(&h.tags, their_tag, bucket)
+                    .map_err(of_input(input))?;
+                if let Some(theirs) = theirs {
+                    record
+                        .get_or_insert_with(ImportedRecord::default)
+                        .merge(&theirs)
+                        .map_err(|source| {
+                            of_input(input)(StoreError::Damaged {
+                                name: input.imported_name(&h.tags, their_tag, bucket),
+                                source,
+                            })
+                        })?;
+                }
+            }
             let mut set = match h.sets.get(&(their_tag, bucket)) {
                 Some(active) => SketchSet::clone(&active.set),
                 None => {
@@ -390,6 +419,14 @@ fn merge_into(
                     })
                 })?;
         }
+        if let Some(record) = record {
+            let blob = record.encode().map_err(|source| StoreError::Damaged {
+                name: out.imported_name(&st.tags, tag, bucket),
+                source,
+            })?;
+            records.push((keys::imported(tag, bucket).to_vec(), blob));
+            st.imported.insert((tag, bucket), record.families());
+        }
         st.clock += 1;
         let clock = st.clock;
         if let Some(active) = st.sets.get_mut(&(tag, bucket)) {
@@ -429,6 +466,7 @@ fn merge_into(
         }
     }
     st.all_time_pos = st.next_seq;
+    imp.extra.extend(records);
     progress(MergeProgress {
         phase: MergePhase::Committing,
         done: 0,
@@ -440,7 +478,7 @@ fn merge_into(
 #[cfg(test)]
 mod tests {
     use crate::gen::{chain_events, chain_name, ChainsOptions};
-    use crate::sketch::{SketchConfig, SketchSet, Theta};
+    use crate::sketch::{HyperLogLog, Sketch, SketchConfig, SketchSet, Theta};
     use crate::store::model::DAY_MS;
     use crate::store::test_support::*;
     use crate::store::*;
@@ -580,6 +618,7 @@ mod tests {
         assert_eq!(buckets(merged), buckets(reference), "{at}: buckets");
         let items: BTreeSet<&str> = all.iter().map(|e| e.item.as_str()).collect();
         let (mut table_sets, mut theta_estimating, mut bloom_bits) = (0, 0, 0);
+        let (mut hip_lost, mut hip_kept) = (0, 0);
         for slice in slices() {
             let which = format!("{at}: {}", slice.name());
             assert_eq!(
@@ -615,6 +654,28 @@ mod tests {
                     "{which}: samples of"
                 );
                 assert!(m.hll == r.hll, "{which}: hll registers");
+                // The estimate: the same where both hold HIP (a set one worker fed alone
+                // keeps it). A set fed by several workers is a union, whose registers came in
+                // no order HIP can account for, so it answers from its registers (as a
+                // DataSketches union does) where the single store answers from HIP: the known
+                // difference, documented in SCALING.md.
+                match (m.hll.hip_estimate(), r.hll.hip_estimate()) {
+                    (None, Some(_)) => {
+                        hip_lost += 1;
+                        let mut registers = HyperLogLog::new(m.hll.precision()).expect("p");
+                        // Into an empty sketch a merge is a copy, HIP and all; the second makes
+                        // it a union of the same registers, answered from them.
+                        registers.merge(&r.hll).expect("merge");
+                        registers.merge(&r.hll).expect("merge");
+                        assert_eq!(registers.hip_estimate(), None);
+                        assert_eq!(m.hll.estimate(), registers.estimate(), "{which}");
+                    }
+                    (mine, theirs) => {
+                        assert_eq!(mine, theirs, "{which}: hip");
+                        hip_kept += usize::from(mine.is_some());
+                        assert_eq!(m.hll.estimate(), r.hll.estimate(), "{which}: estimate");
+                    }
+                }
                 // The same fingerprints, or the same bits (only the count of insertions that
                 // set a bit differs: a merge adds the sides'; it is not an answer).
                 assert_eq!(
@@ -701,8 +762,8 @@ mod tests {
         }
         // The forms compared: the sizes above put some sets of every family past exact.
         assert!(
-            table_sets > 0 && theta_estimating > 0 && bloom_bits > 0,
-            "{table_sets} count-min tables, {theta_estimating} estimating thetas, {bloom_bits} bloom bit arrays"
+            table_sets > 0 && theta_estimating > 0 && bloom_bits > 0 && hip_lost > 0,
+            "{table_sets} count-min tables, {theta_estimating} estimating thetas, {bloom_bits} bloom bit arrays, {hip_lost} unions of HIP sketches ({hip_kept} kept HIP)"
         );
         // All time: the scalable filter was built from the merged log, so it holds every
         // item and grew its layers as one store's does (the stream's wallets need more than
@@ -779,6 +840,7 @@ mod tests {
             assert_eq!(summary.inputs, 3);
             assert!(summary.samples_repointed > 0);
             let at = format!("conservative {conservative}");
+            merged_log_in_time_order(&merged, &inputs);
             same_answers(&merged, &reference, &standard, &truth, &all, &at);
             let report = merged.check().expect("check");
             assert!(report.is_clean(), "{at}: {:?}", report.damaged);
@@ -796,6 +858,59 @@ mod tests {
                 .expect("fold in the third");
             let folded_at = format!("{at}, folded");
             same_answers(&folded, &reference, &standard, &truth, &all, &folded_at);
+        }
+    }
+
+    /// The merged log is the inputs' blocks whole, each input's in its own order, and at each
+    /// step the block taken is the one with the earliest first event among the inputs' next
+    /// blocks: checked from the outside, by where each input block's events (told apart by
+    /// their extra fields) sit in the merged log.
+    fn merged_log_in_time_order(merged: &Store, inputs: &[&Store]) {
+        let every = TimeRange::all();
+        // Each event of each input: (input, its block's index in that input).
+        let mut block_of = std::collections::HashMap::new();
+        let blocks: Vec<Vec<crate::store::log::BlockInfo>> = inputs
+            .iter()
+            .map(|s| s.log_blocks().expect("blocks"))
+            .collect();
+        for (i, input) in inputs.iter().enumerate() {
+            let events = input.events(&Slice::Whole, &every).expect("events");
+            let mut at = 0usize;
+            for (b, info) in blocks[i].iter().enumerate() {
+                for e in &events[at..at + info.count as usize] {
+                    block_of.insert(e.extra.clone(), (i, b));
+                }
+                at += info.count as usize;
+            }
+            assert_eq!(at, events.len());
+        }
+        // The input blocks in the order the merged log holds them, each one run.
+        let mut order: Vec<(usize, usize)> = Vec::new();
+        for e in merged.events(&Slice::Whole, &every).expect("events") {
+            let from = block_of[&e.extra];
+            if order.last() != Some(&from) {
+                assert!(
+                    !order.contains(&from),
+                    "block {from:?} split in the merged log"
+                );
+                order.push(from);
+            }
+        }
+        assert_eq!(order.len(), blocks.iter().map(Vec::len).sum::<usize>());
+        let mut next = vec![0usize; inputs.len()];
+        for (i, b) in order {
+            assert_eq!(b, next[i], "input {i}'s blocks out of their order");
+            let taken = blocks[i][b].min_time;
+            for (j, &n) in next.iter().enumerate() {
+                if let Some(other) = blocks[j].get(n) {
+                    assert!(
+                        taken <= other.min_time,
+                        "input {i} block {b} (from {taken}) taken before input {j} block {n} (from {})",
+                        other.min_time
+                    );
+                }
+            }
+            next[i] += 1;
         }
     }
 
@@ -957,6 +1072,92 @@ mod tests {
             }
         }
         assert!(merged.check().expect("check").is_clean());
+    }
+
+    /// Sketches imported into workers' sets (items their logs never had) travel with the
+    /// sets: the merged set holds one `X` record of both workers' images, so the planner keeps
+    /// exact answers off it, it survives a crash, and repair, rebuilding the set from the merged
+    /// log, adds the imported items back. Without the record the merged registers would come
+    /// back without them.
+    #[test]
+    fn imported_sketches_travel_with_their_sets() {
+        use crate::sketch::datasketches::{hll_image, HllWidth};
+        let config = cfg(true);
+        let all = stream();
+        let workers: Vec<(Store, MemEngine)> = (0..2)
+            .map(|w| {
+                let share: Vec<Event> = all[..6_000]
+                    .iter()
+                    .filter(|e| worker_of(&e.item) % 2 == w)
+                    .cloned()
+                    .collect();
+                store_of(&config, &share, 20 + w as u64)
+            })
+            .collect();
+        let bucket = buckets(&workers[0].0)[0];
+        let day = TimeRange::between(bucket, bucket + config.bucket.millis());
+        let p = config.sketches.hll_precision;
+        let foreign = |seed: u64| {
+            let mut h = HyperLogLog::new(p).expect("p");
+            for i in 0..5_000 {
+                let item = crate::gen::wallet_address(seed, i);
+                h.update_murmur(crate::hash::murmur(item.as_bytes()));
+            }
+            h
+        };
+        for (w, (store, _)) in workers.iter().enumerate() {
+            let image = hll_image(&foreign(70 + w as u64), HllWidth::Hll8);
+            store
+                .import_sketch(&Slice::Whole, bucket, &image)
+                .expect("import");
+        }
+        let mut both = foreign(70);
+        both.merge(&foreign(71)).expect("merge");
+
+        let engine = MemEngine::new();
+        let merged = Store::create_with(Box::new(engine.clone()), config.clone()).expect("out");
+        let inputs: Vec<&Store> = workers.iter().map(|(s, _)| s).collect();
+        merged.merge_from(&inputs, &mut |_| {}).expect("merge");
+        let registers = |store: &Store| {
+            store
+                .merged_hll(&Slice::Whole, &day)
+                .expect("hll")
+                .sketch
+                .expect("events")
+                .register_values()
+        };
+        let want = registers(&merged);
+        assert!(want
+            .iter()
+            .zip(both.register_values())
+            .all(|(&m, f)| m >= f));
+        drop(merged);
+        let merged = Store::open_with(Box::new(engine.crash(0))).expect("reopen");
+        assert_eq!(
+            merged.imported_sets(&Slice::Whole, &day).expect("sets"),
+            ImportedSets { hll: 1, theta: 0 }
+        );
+        let record = {
+            let st = merged.lock().expect("lock");
+            merged
+                .read_imported(&st.tags, keys::WHOLE, bucket)
+                .expect("read")
+                .expect("the merged record")
+        };
+        assert_eq!(record.images, 2);
+        assert_eq!(
+            record.hll.expect("hll").register_values(),
+            both.register_values()
+        );
+        assert!(merged.check().expect("check").is_clean());
+        poke(
+            &merged,
+            &keys::sketch(keys::Part::Hll, keys::WHOLE, bucket),
+            None,
+        );
+        let report = merged.repair().expect("repair");
+        assert!(report.remaining.is_empty(), "{:?}", report.remaining);
+        assert_eq!(registers(&merged), want);
     }
 
     /// What a test can compare of a store's state: every key and value.
