@@ -300,7 +300,7 @@ fn export_from_one_store_and_import_into_another() {
     assert_eq!(ours["value"], theirs["value"], "{ours} against {theirs}");
     assert!(ours["notes"].to_string().contains("imported"), "{ours}");
     // chain:base's Theta came over, trimmed to k = 4096: the first store holds its 4,494
-    // hashes exactly (it rebuilds only past 1.5k), the image keeps the 4,096 smallest with θ
+    // hashes exactly (it rebuilds only past 15k/8), the image keeps the 4,096 smallest with θ
     // the next, so AND with itself (Theta) estimates what the first store counts exactly.
     let base_one = distinct(&one, "DISTINCT wallets ON chain:base AND chain:base");
     let base_two = distinct(&two, "DISTINCT wallets ON chain:base AND chain:base");

@@ -1058,11 +1058,40 @@ mod tests {
                             "p={p} n={n} {width:?}: {got} against {want}"
                         );
                     }
-                    // It unions there with a sketch built there.
-                    let mut u = HllUnion::new(p).expect("lg_k");
-                    u.update(&read);
-                    u.update(&theirs_hll(p, &wallets(99, 5_000), HllType::Hll8));
-                    assert!(u.estimate() >= read.estimate());
+                    // It unions there with a sketch built there exactly as DataSketches' own
+                    // sketch of the same items does: the same registers, the same estimate.
+                    let other = theirs_hll(p, &wallets(99, 5_000), HllType::Hll8);
+                    let union_with = |first: &HllSketch| {
+                        let mut u = HllUnion::new(p).expect("lg_k");
+                        u.update(first);
+                        u.update(&other);
+                        u.to_sketch(HllType::Hll8)
+                    };
+                    let (got, want) = (union_with(&read), union_with(&theirs));
+                    let (got_image, want_image) = (got.serialize(), want.serialize());
+                    if want_image[0] == HLL_PREINTS {
+                        assert_eq!(
+                            got_image[32..],
+                            want_image[32..],
+                            "p={p} n={n} {width:?}: union registers"
+                        );
+                        // Where their twin's union took its coupons as updates it may answer
+                        // from HIP; from the registers both answer alike.
+                        assert_eq!(
+                            got.composite_estimate().to_bits(),
+                            want.composite_estimate().to_bits(),
+                            "p={p} n={n} {width:?}: union"
+                        );
+                    } else {
+                        // Their union still holds coupons: as above, to a hundredth of the
+                        // standard error.
+                        let rse = 1.04 / f64::from(1u32 << p).sqrt();
+                        let (got, want) = (got.estimate(), want.estimate());
+                        assert!(
+                            (got - want).abs() <= 0.01 * rse * want,
+                            "p={p} n={n} {width:?}: union {got} against {want}"
+                        );
+                    }
                 }
             }
         }
@@ -1286,14 +1315,15 @@ mod tests {
     }
 
     /// Compact images of every form the crate writes (ordered and not, plain and compressed),
-    /// exact and estimating, at the store's k and above it: at k they import with the image's
-    /// own θ and hashes; above it they are trimmed to the k smallest hashes with θ the
+    /// exact and estimating, below the store's k, at it and above it: at or below k they
+    /// import with the image's own θ and hashes; above it they are trimmed to the k smallest hashes with θ the
     /// (k+1)-th, and agree with our own sketch of the same items below the smaller θ.
     #[test]
     fn compact_theta_images_import_trimmed_to_k() {
         let lg_k = 12u8;
         let k = 1usize << lg_k;
-        for image_lg_k in [lg_k, lg_k + 2] {
+        // A coarser image (lg_k 10) keeps its θ and every entry it has; finer ones are cut.
+        for image_lg_k in [lg_k - 2, lg_k, lg_k + 2] {
             for n in [0u64, 1, 2, 1_000, 20_000] {
                 let items = wallets(u64::from(image_lg_k) << 20 | n, n);
                 let theirs = crate_theta(image_lg_k, None, &items);
@@ -1330,7 +1360,7 @@ mod tests {
                 }
             }
         }
-        // Our own export reads back as itself, trimmed to k: ours holds up to 1.5k entries.
+        // Our own export reads back as itself, trimmed to k: ours holds up to 15k/8 entries.
         let ours = ours_theta(&wallets(5, 30_000));
         let all = ours.retained_hashes();
         assert!(all.len() > k);
