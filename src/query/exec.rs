@@ -287,7 +287,10 @@ impl<'s> Session<'s> {
                 other => return other,
             }
         }
-        self.run_on_snapshot(plan)
+        self.run_on_snapshot(plan).map_err(|e| match e {
+            QueryError::Store(StoreError::Stale) => StoreError::stale_too_often().into(),
+            e => e,
+        })
     }
 
     fn run_on_snapshot(&mut self, plan: &Plan) -> Result<Answer, QueryError> {

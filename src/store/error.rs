@@ -108,4 +108,15 @@ pub enum StoreError {
     Stale,
 }
 
+impl StoreError {
+    /// What a read gets when every retry found a set rewritten after its snapshot (see
+    /// `Store::read`): the statement itself is fine, so the user is told to ask again.
+    pub(crate) fn stale_too_often() -> StoreError {
+        StoreError::Query(format!(
+            "{} checkpoints in a row rewrote what this query read; ask again",
+            super::STALE_RETRIES + 1
+        ))
+    }
+}
+
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;

@@ -247,10 +247,7 @@ impl Store {
             }
         }
         read(&snap).map_err(|e| match e {
-            StoreError::Stale => StoreError::Query(format!(
-                "{} checkpoints in a row rewrote what this query read; ask again",
-                STALE_RETRIES + 1
-            )),
+            StoreError::Stale => StoreError::stale_too_often(),
             e => e,
         })
     }
