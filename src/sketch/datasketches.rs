@@ -1316,8 +1316,9 @@ mod tests {
 
     /// Compact images of every form the crate writes (ordered and not, plain and compressed),
     /// exact and estimating, below the store's k, at it and above it: at or below k they
-    /// import with the image's own θ and hashes; above it they are trimmed to the k smallest hashes with θ the
-    /// (k+1)-th, and agree with our own sketch of the same items below the smaller θ.
+    /// import with the image's own θ and hashes; above it they are trimmed to the k smallest
+    /// hashes with θ the (k+1)-th, and agree with our own sketch of the same items below the
+    /// smaller θ.
     #[test]
     fn compact_theta_images_import_trimmed_to_k() {
         let lg_k = 12u8;

@@ -4,10 +4,10 @@
 //! The image's sketch goes into the set's HLL or Theta part, so every query that merges those
 //! parts (DISTINCT, and Theta's AND / EXCEPT / NOT) counts its items with the set's own. The
 //! union of everything imported into a set is also kept beside it, under its `X` key (and
-//! carried into a merged store's set by `merge`), for three readers: `repair`, which rebuilds a set from the raw log (where imported items never
-//! were) and adds it back; the planner, which must not answer DISTINCT from the raw log for a
-//! range holding imported items ([`Store::imported_sets`]); and `check`, which names a damaged
-//! one. The other families (Bloom, Count-Min, exact counts, reservoirs) and the raw log know
+//! carried into a merged store's set by `merge`), for three readers: `repair`, which rebuilds
+//! a set from the raw log (where imported items never were) and adds it back; the planner,
+//! which must not answer DISTINCT from the raw log for a range holding imported items
+//! ([`Store::imported_sets`]); and `check`, which names a damaged one. The other families (Bloom, Count-Min, exact counts, reservoirs) and the raw log know
 //! nothing of imported items.
 //!
 //! An import is all or nothing and durable on return: the set, the `X` record and the tag (if
@@ -45,14 +45,8 @@ enum Incoming {
 impl ImportedRecord {
     fn add(&mut self, s: &Incoming) -> std::result::Result<(), SketchError> {
         match s {
-            Incoming::Hll(h) => match &mut self.hll {
-                Some(mine) => mine.merge(h)?,
-                None => self.hll = Some(h.clone()),
-            },
-            Incoming::Theta(t) => match &mut self.theta {
-                Some(mine) => mine.merge(t)?,
-                None => self.theta = Some(t.clone()),
-            },
+            Incoming::Hll(h) => union_into(&mut self.hll, h)?,
+            Incoming::Theta(t) => union_into(&mut self.theta, t)?,
         }
         self.images += 1;
         Ok(())
@@ -60,15 +54,11 @@ impl ImportedRecord {
 
     /// Adds the sketches of another set's record (a merged store's set holds both).
     pub(super) fn merge(&mut self, other: &ImportedRecord) -> std::result::Result<(), SketchError> {
-        match (&mut self.hll, &other.hll) {
-            (Some(mine), Some(theirs)) => mine.merge(theirs)?,
-            (None, Some(theirs)) => self.hll = Some(theirs.clone()),
-            _ => {}
+        if let Some(h) = &other.hll {
+            union_into(&mut self.hll, h)?;
         }
-        match (&mut self.theta, &other.theta) {
-            (Some(mine), Some(theirs)) => mine.merge(theirs)?,
-            (None, Some(theirs)) => self.theta = Some(theirs.clone()),
-            _ => {}
+        if let Some(t) = &other.theta {
+            union_into(&mut self.theta, t)?;
         }
         self.images += other.images;
         Ok(())
@@ -97,6 +87,20 @@ impl ImportedRecord {
             t.validate()?;
         }
         Ok(())
+    }
+}
+
+/// `theirs` merged into `mine`, or `mine` made a copy of it if there was none.
+fn union_into<S: Sketch + Clone>(
+    mine: &mut Option<S>,
+    theirs: &S,
+) -> std::result::Result<(), SketchError> {
+    match mine {
+        Some(m) => m.merge(theirs),
+        None => {
+            *mine = Some(theirs.clone());
+            Ok(())
+        }
     }
 }
 

@@ -345,9 +345,10 @@ fn merge_into(
         if !was_held {
             held_bytes += loaded;
         }
-        let mut record = match st.imported.contains_key(&(tag, bucket)) {
-            true => out.read_imported(&st.tags, tag, bucket)?,
-            false => None,
+        let mut record = if st.imported.contains_key(&(tag, bucket)) {
+            out.read_imported(&st.tags, tag, bucket)?
+        } else {
+            None
         };
         for (i, their_tag) in from {
             let (input, h) = (inputs[i], &held[i]);
