@@ -225,7 +225,7 @@ fn a_format_1_store_is_refused_by_name_not_misread() {
             StoreError::UnsupportedVersion {
                 found: 1,
                 oldest: 3,
-                supported: 6,
+                supported: 7,
                 ..
             }
         ),

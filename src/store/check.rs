@@ -18,7 +18,7 @@ use super::checkpoint::Checkpoint;
 use super::error::{Result, StoreError};
 use super::keys::{self, Part};
 use super::seam::Seam;
-use super::sets::{AllTime, SetHeader};
+use super::sets::{AllTime, INLINE_PARTS};
 use super::stage::{StagedMarker, MARKER};
 use super::state::{Active, State, TagDict};
 use super::SledEngine;
@@ -165,12 +165,23 @@ fn part_of(byte: u8) -> Option<Part> {
 fn decode_part(part: Part, bytes: &[u8], seen: &mut SetSeen) -> std::result::Result<(), String> {
     let e = |e: crate::sketch::SketchError| e.to_string();
     match part {
-        Part::Header => codec::decode::<SetHeader>(kinds::META.blob, bytes)
-            .map(|h| {
-                seen.events = Some(h.events);
-                seen.log_pos = Some(h.log_pos);
-            })
-            .map_err(|e| e.to_string()),
+        Part::Header => {
+            let stored = super::sets::decode_header(bytes)?;
+            seen.events = Some(stored.header.events);
+            seen.log_pos = Some(stored.header.log_pos);
+            // A set stored inline: its parts are checked here, each as under its own key.
+            let inline = stored
+                .inline
+                .iter()
+                .flat_map(|parts| INLINE_PARTS.into_iter().zip(*parts));
+            for (part, blob) in inline {
+                seen.present |= bit(part);
+                decode_part(part, blob, seen)
+                    .map_err(|e| format!("its inline {} part: {e}", part.name()))?;
+                seen.sound |= bit(part);
+            }
+            Ok(())
+        }
         Part::Bloom => BloomFilter::decode(bytes).map(drop).map_err(e),
         Part::Hll => HyperLogLog::decode(bytes).map(drop).map_err(e),
         Part::Theta => Theta::decode(bytes).map(drop).map_err(e),
@@ -1164,6 +1175,7 @@ from event {}",
                 log_pos: 0,
                 dirty: true,
                 last_used: st.clock,
+                split: false,
             };
             st.sets.insert((tag, bucket), active);
         }
@@ -1200,14 +1212,15 @@ from event {}",
                     source,
                 })?;
             }
+            // Whatever form the damaged set had goes, then the rebuilt one is written in the
+            // form its size calls for (later writes in a batch win).
             let mut batch = WriteBatch::default();
-            if active.set.events == 0 && imported.is_none() {
-                for part in Part::ALL {
-                    self.engine
-                        .delete(&mut batch, keys::sketch(part, tag, bucket).to_vec())?;
-                }
-            } else {
-                self.put_set(&mut batch, &st.tags, tag, bucket, &active.set, pos)?;
+            for part in Part::ALL {
+                self.engine
+                    .delete(&mut batch, keys::sketch(part, tag, bucket).to_vec())?;
+            }
+            if active.set.events > 0 || imported.is_some() {
+                self.put_set(&mut batch, &st.tags, (tag, bucket), &active.set, pos, false)?;
             }
             self.engine.apply(batch)?;
             std::sync::Arc::make_mut(&mut st.modified).insert((tag, bucket), clock);
@@ -1333,12 +1346,13 @@ mod tests {
         assert_eq!(l.len(), i.len() + 1, "one block waits for its index entry");
         let report = store.check().expect("check");
         assert!(report.is_clean(), "{:?}", report.damaged);
-        let hll = store
+        // A small set is stored inline: its header value is the whole set.
+        let set = store
             .engine
-            .get(&keys::sketch(Part::Hll, 1, DAY0))
+            .get(&keys::sketch(Part::Header, 1, DAY0))
             .expect("get")
             .expect("stored");
-        poke(&store, &keys::sketch(Part::Hll, 7, DAY0), Some(hll));
+        poke(&store, &keys::sketch(Part::Header, 7, DAY0), Some(set));
         let report = store.check().expect("check");
         let lines: Vec<String> = report.damaged.iter().map(|d| d.to_string()).collect();
         assert!(

@@ -10,7 +10,7 @@ use super::engine::WriteBatch;
 use super::error::{Result, StoreError};
 use super::keys::{self, Part};
 use super::model::Sample;
-use super::sets::{AllTime, SetHeader, Stored};
+use super::sets::{encode_header, AllTime, SetHeader, Stored, INLINE_MAX, INLINE_PARTS};
 use super::stage::{StagedMarker, MARKER};
 use super::state::{State, TagDict};
 use super::{codec, kinds, log, Store};
@@ -66,8 +66,8 @@ impl Store {
         self.log_into(st, &mut batch)?;
         let pos = st.next_seq;
         let tags = &st.tags;
-        for (&(tag, bucket), active) in st.sets.iter_mut().filter(|(_, a)| a.dirty) {
-            self.put_set(&mut batch, tags, tag, bucket, &active.set, pos)?;
+        for (&set, active) in st.sets.iter_mut().filter(|(_, a)| a.dirty) {
+            active.split = self.put_set(&mut batch, tags, set, &active.set, pos, active.split)?;
         }
         let all_time = AllTime {
             bloom: ScalableBloom::clone(&st.all_time),
@@ -147,31 +147,34 @@ impl Store {
 
     /// Adds a set's five parts and its header (`events`, and `pos`, the log position it
     /// includes) to `batch`: what a checkpoint writes for a changed set and `repair` for a
-    /// rebuilt one.
+    /// rebuilt one. Returns whether it wrote the set split (see [`Store::put_set_in`]).
     pub(super) fn put_set(
         &self,
         batch: &mut WriteBatch,
         tags: &TagDict,
-        tag: u32,
-        bucket: i64,
+        (tag, bucket): (u32, i64),
         s: &SketchSet<Sample>,
         pos: u64,
-    ) -> Result<()> {
-        self.put_set_in(Stored::Committed, batch, tags, tag, bucket, s, pos)
+        split: bool,
+    ) -> Result<bool> {
+        self.put_set_in(Stored::Committed, batch, tags, (tag, bucket), s, pos, split)
     }
 
-    /// [`Store::put_set`] under the set's committed (`S`) or staged (`G`) keys.
+    /// [`Store::put_set`] under the set's committed (`S`) or staged (`G`) keys. The set goes
+    /// inline in its header while its parts take at most [`INLINE_MAX`] bytes and it was not
+    /// `split` already; otherwise as six values, and the return says so. Never from split to
+    /// inline: the old part keys would stay behind.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn put_set_in(
         &self,
         stored: Stored,
         batch: &mut WriteBatch,
         tags: &TagDict,
-        tag: u32,
-        bucket: i64,
+        (tag, bucket): (u32, i64),
         s: &SketchSet<Sample>,
         pos: u64,
-    ) -> Result<()> {
+        split: bool,
+    ) -> Result<bool> {
         let name = |part: Part| self.blob_name_in(stored, tags, part, tag, bucket);
         let encoded = [
             (Part::Bloom, s.bloom.encode()),
@@ -180,23 +183,32 @@ impl Store {
             (Part::CountMin, s.cms.encode()),
             (Part::Reservoir, super::sets::encode_reservoir(&s.reservoir)),
         ];
-        for (part, blob) in encoded {
-            let blob = blob.map_err(|source: SketchError| StoreError::Damaged {
+        let mut blobs: [Vec<u8>; 5] = Default::default();
+        for ((part, blob), slot) in encoded.into_iter().zip(blobs.iter_mut()) {
+            *slot = blob.map_err(|source: SketchError| StoreError::Damaged {
                 name: name(part),
                 source,
             })?;
-            self.engine
-                .put(batch, stored.key(part, tag, bucket), blob)?;
         }
         let header = SetHeader {
             events: s.events,
             log_pos: pos,
         };
-        self.engine.put(
-            batch,
-            stored.key(Part::Header, tag, bucket),
-            Self::blob(&self.path, &header)?,
-        )
+        let split = split || blobs.iter().map(Vec::len).sum::<usize>() > INLINE_MAX;
+        let inline = (!split).then_some(&blobs);
+        let header_blob = encode_header(header, inline).map_err(|e| StoreError::DamagedLog {
+            name: name(Part::Header),
+            detail: e.to_string(),
+        })?;
+        if split {
+            for (part, blob) in INLINE_PARTS.into_iter().zip(blobs) {
+                self.engine
+                    .put(batch, stored.key(part, tag, bucket), blob)?;
+            }
+        }
+        self.engine
+            .put(batch, stored.key(Part::Header, tag, bucket), header_blob)?;
+        Ok(split)
     }
 
     /// Evicts clean sets, least recently used first, while memory is over budget: down to half

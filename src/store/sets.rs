@@ -25,6 +25,111 @@ pub(super) struct SetHeader {
     pub(super) log_pos: u64,
 }
 
+/// The header layout of a set stored *inline*: the header value holds the set's five parts
+/// too, so a small set is one engine value instead of six. sled 0.34 pays per value written,
+/// not per byte (it appends a delta to the value's leaf and rewrites the leaf every few
+/// deltas): measured on 2026-12-05 with 56k sets of ~700 bytes, six values a set took 164 MB
+/// of sled file for 39 MB of values and 3.1 s, one value a set 87 MB and 0.5 s; staged and
+/// rolled forward as an import with many sets does, 301 MB and 10 s against 187 MB and 1.7 s.
+/// Layout 1 (the frame's version) is a bare [`SetHeader`].
+pub(super) const INLINE_LAYOUT: u16 = 2;
+
+/// The most bytes a set's five encoded parts may take to be stored inline, well under one
+/// engine value ([`super::engine::VALUE_MAX`]) so an inline set is never chunked. A set that
+/// outgrows it is stored as six values from then on (see [`Store::put_set_in`]): most sets of
+/// a tag with thousands of values hold a few events and stay inline, while a busy set's
+/// megabyte Bloom filter is read without its Count-Min and reservoir.
+pub(super) const INLINE_MAX: usize = 8 << 10;
+
+/// The inline parts in the order an inline header stores them.
+pub(super) const INLINE_PARTS: [Part; 5] = [
+    Part::Bloom,
+    Part::Hll,
+    Part::Theta,
+    Part::CountMin,
+    Part::Reservoir,
+];
+
+/// A stored set header as read: its counts and, for a set stored inline, its parts' blobs
+/// (each the family's own frame, as it would be under its own key) in [`INLINE_PARTS`] order.
+pub(super) struct StoredHeader<'a> {
+    pub(super) header: SetHeader,
+    pub(super) inline: Option<[&'a [u8]; 5]>,
+}
+
+impl<'a> StoredHeader<'a> {
+    /// The blob of `part` if the set is stored inline.
+    pub(super) fn part(&self, part: Part) -> Option<&'a [u8]> {
+        let i = INLINE_PARTS.iter().position(|&p| p == part)?;
+        self.inline.map(|parts| parts[i])
+    }
+}
+
+/// Encodes a set header, with the set's five part blobs (in [`INLINE_PARTS`] order) if it is
+/// stored inline. Inline layout: events and log position (u64 LE each), then each part as a
+/// varint length and its bytes, under one frame whose checksum covers them all.
+pub(super) fn encode_header(
+    header: SetHeader,
+    inline: Option<&[Vec<u8>; 5]>,
+) -> std::result::Result<Vec<u8>, codec::CodecError> {
+    let Some(parts) = inline else {
+        return codec::encode(kinds::META.blob, &header);
+    };
+    let mut head = Vec::with_capacity(16 + 5 * 3);
+    head.extend_from_slice(&header.events.to_le_bytes());
+    head.extend_from_slice(&header.log_pos.to_le_bytes());
+    let mut lens: Vec<Vec<u8>> = Vec::with_capacity(5);
+    for p in parts {
+        let mut l = Vec::with_capacity(3);
+        put_varint(&mut l, p.len() as u64);
+        lens.push(l);
+    }
+    let mut pieces: Vec<&[u8]> = vec![&head];
+    for (l, p) in lens.iter().zip(parts) {
+        pieces.push(l);
+        pieces.push(p);
+    }
+    codec::frame_versioned(kinds::META.blob, INLINE_LAYOUT, &pieces)
+}
+
+/// Reads a set header of either layout; an inline one's parts are returned unread (each is
+/// checked by its own frame when decoded).
+pub(super) fn decode_header(bytes: &[u8]) -> std::result::Result<StoredHeader<'_>, String> {
+    let (layout, payload) =
+        codec::unframe_any(kinds::META.blob, INLINE_LAYOUT, bytes).map_err(|e| e.to_string())?;
+    if layout != INLINE_LAYOUT {
+        let header: SetHeader =
+            codec::decode(kinds::META.blob, bytes).map_err(|e| e.to_string())?;
+        return Ok(StoredHeader {
+            header,
+            inline: None,
+        });
+    }
+    let mut r = Reader::new(payload);
+    let mut u64_at = || -> std::result::Result<u64, String> {
+        let b: [u8; 8] = r.take(8)?.try_into().map_err(|_| "cut short".to_string())?;
+        Ok(u64::from_le_bytes(b))
+    };
+    let header = SetHeader {
+        events: u64_at()?,
+        log_pos: u64_at()?,
+    };
+    let mut parts: [&[u8]; 5] = [&[]; 5];
+    for (slot, part) in parts.iter_mut().zip(INLINE_PARTS) {
+        let len = r.len()?;
+        *slot = r
+            .take(len)
+            .map_err(|e| format!("inline {} part: {e}", part.name()))?;
+    }
+    if !r.is_empty() {
+        return Err(format!("{} bytes after the inline parts", r.remaining()));
+    }
+    Ok(StoredHeader {
+        header,
+        inline: Some(parts),
+    })
+}
+
 /// Where a set's parts are stored: under their committed `S` keys, or under the `G` keys an
 /// import stages them to before it commits (see `store::stage`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,7 +208,8 @@ impl Store {
         self.read_decoded_in(stored, tags, part, tag, bucket, S::decode)
     }
 
-    /// Reads one stored part with `decode`, naming the part if it is damaged.
+    /// Reads one stored part with `decode`, naming the part if it is damaged: from the set's
+    /// header if the set is stored inline, else from the part's own key.
     fn read_decoded_in<T>(
         &self,
         stored: Stored,
@@ -113,15 +219,35 @@ impl Store {
         bucket: i64,
         decode: impl FnOnce(&[u8]) -> std::result::Result<T, SketchError>,
     ) -> Result<Option<T>> {
+        let damaged = |source| StoreError::Damaged {
+            name: self.blob_name_in(stored, tags, part, tag, bucket),
+            source,
+        };
+        if let Some(header) = self.engine.get(&stored.key(Part::Header, tag, bucket))? {
+            let h = self.decode_header_in(stored, tags, tag, bucket, &header)?;
+            if let Some(bytes) = h.part(part) {
+                return decode(bytes).map(Some).map_err(damaged);
+            }
+        }
         let Some(bytes) = self.engine.get(&stored.key(part, tag, bucket))? else {
             return Ok(None);
         };
-        decode(&bytes)
-            .map(Some)
-            .map_err(|source| StoreError::Damaged {
-                name: self.blob_name_in(stored, tags, part, tag, bucket),
-                source,
-            })
+        decode(&bytes).map(Some).map_err(damaged)
+    }
+
+    /// [`decode_header`], naming the set's header if it is damaged.
+    fn decode_header_in<'a>(
+        &self,
+        stored: Stored,
+        tags: &TagDict,
+        tag: u32,
+        bucket: i64,
+        bytes: &'a [u8],
+    ) -> Result<StoredHeader<'a>> {
+        decode_header(bytes).map_err(|detail| StoreError::DamagedLog {
+            name: self.blob_name_in(stored, tags, Part::Header, tag, bucket),
+            detail,
+        })
     }
 
     /// Reads a set's stored reservoir, checking it (see [`decode_reservoir`]).
@@ -174,11 +300,9 @@ impl Store {
         let Some(bytes) = self.engine.get(&stored.key(Part::Header, tag, bucket))? else {
             return Ok(None);
         };
-        let h: SetHeader =
-            codec::decode(kinds::META.blob, &bytes).map_err(|e| StoreError::DamagedLog {
-                name: self.blob_name_in(stored, tags, Part::Header, tag, bucket),
-                detail: e.to_string(),
-            })?;
+        let h = self
+            .decode_header_in(stored, tags, tag, bucket, &bytes)?
+            .header;
         Ok(Some((h.events, h.log_pos)))
     }
 
@@ -254,18 +378,19 @@ impl Store {
                 detail: "missing: the import staged this set and it is not there".into(),
             });
         }
-        let (set, log_pos) = match read {
-            Some((mut set, log_pos)) => {
+        let (set, log_pos, split) = match read {
+            Some((mut set, log_pos, split)) => {
                 if let Some(seed) = self.set_seed(tag, bucket, log_pos) {
                     set.reservoir.reseed(seed);
                 }
-                (set, log_pos)
+                (set, log_pos, split)
             }
-            None => (self.empty_set(tag, bucket)?, 0),
+            None => (self.empty_set(tag, bucket)?, 0, false),
         };
         let active = Active {
             set: std::sync::Arc::new(set),
             log_pos,
+            split,
             dirty: stored == Stored::Staged,
             last_used: st.clock,
         };
@@ -296,46 +421,66 @@ impl Store {
         tag: u32,
         bucket: i64,
     ) -> Result<Option<(SketchSet<Sample>, u64)>> {
-        self.read_set_in(Stored::Committed, tags, tag, bucket)
+        let read = self.read_set_in(Stored::Committed, tags, tag, bucket)?;
+        Ok(read.map(|(set, log_pos, _)| (set, log_pos)))
     }
 
+    /// [`Store::read_set`] from committed or staged keys, also saying whether the set is
+    /// stored as six values (`true`) rather than inline in its header.
     fn read_set_in(
         &self,
         stored: Stored,
         tags: &TagDict,
         tag: u32,
         bucket: i64,
-    ) -> Result<Option<(SketchSet<Sample>, u64)>> {
-        let Some((events, log_pos)) = self.read_header_in(stored, tags, tag, bucket)? else {
+    ) -> Result<Option<(SketchSet<Sample>, u64, bool)>> {
+        let Some(bytes) = self.engine.get(&stored.key(Part::Header, tag, bucket))? else {
             return Ok(None);
         };
-        let missing = |part: Part| StoreError::DamagedLog {
-            name: self.blob_name_in(stored, tags, part, tag, bucket),
-            detail: "missing".into(),
-        };
+        let h = self.decode_header_in(stored, tags, tag, bucket, &bytes)?;
+        let split = h.inline.is_none();
+        // Each part from the header it came with, or from its own key: one read of the
+        // header for the whole set.
+        fn part<T>(
+            store: &Store,
+            (stored, tags, tag, bucket): (Stored, &TagDict, u32, i64),
+            h: &StoredHeader<'_>,
+            part: Part,
+            decode: impl FnOnce(&[u8]) -> std::result::Result<T, SketchError>,
+        ) -> Result<T> {
+            let owned;
+            let bytes = match h.part(part) {
+                Some(b) => b,
+                None => {
+                    owned = store
+                        .engine
+                        .get(&stored.key(part, tag, bucket))?
+                        .ok_or_else(|| StoreError::DamagedLog {
+                            name: store.blob_name_in(stored, tags, part, tag, bucket),
+                            detail: "missing".into(),
+                        })?;
+                    &owned[..]
+                }
+            };
+            decode(bytes).map_err(|source| StoreError::Damaged {
+                name: store.blob_name_in(stored, tags, part, tag, bucket),
+                source,
+            })
+        }
+        let at = (stored, tags, tag, bucket);
         let set = SketchSet {
-            bloom: self
-                .read_part_in::<BloomFilter>(stored, tags, Part::Bloom, tag, bucket)?
-                .ok_or_else(|| missing(Part::Bloom))?,
-            hll: self
-                .read_part_in::<HyperLogLog>(stored, tags, Part::Hll, tag, bucket)?
-                .ok_or_else(|| missing(Part::Hll))?,
-            theta: self
-                .read_part_in::<Theta>(stored, tags, Part::Theta, tag, bucket)?
-                .ok_or_else(|| missing(Part::Theta))?,
-            cms: self
-                .read_part_in::<CountMin>(stored, tags, Part::CountMin, tag, bucket)?
-                .ok_or_else(|| missing(Part::CountMin))?,
-            reservoir: self
-                .read_reservoir_in(stored, tags, tag, bucket)?
-                .ok_or_else(|| missing(Part::Reservoir))?,
-            events,
+            bloom: part(self, at, &h, Part::Bloom, BloomFilter::decode)?,
+            hll: part(self, at, &h, Part::Hll, HyperLogLog::decode)?,
+            theta: part(self, at, &h, Part::Theta, Theta::decode)?,
+            cms: part(self, at, &h, Part::CountMin, CountMin::decode)?,
+            reservoir: part(self, at, &h, Part::Reservoir, decode_reservoir)?,
+            events: h.header.events,
         };
         set.validate().map_err(|source| StoreError::Damaged {
             name: self.blob_name_in(stored, tags, Part::Header, tag, bucket),
             source,
         })?;
-        Ok(Some((set, log_pos)))
+        Ok(Some((set, h.header.log_pos, split)))
     }
 }
 
@@ -676,5 +821,150 @@ mod tests {
                 let _ = decode_reservoir(&framed);
             }
         }
+    }
+    fn blobs() -> [Vec<u8>; 5] {
+        [vec![1; 300], vec![], vec![2; 5], vec![3; 200], vec![4; 130]]
+    }
+
+    #[test]
+    fn set_headers_of_both_layouts_read_back_and_damage_is_refused() {
+        let header = SetHeader {
+            events: 1_234,
+            log_pos: 98_765,
+        };
+        let plain = encode_header(header, None).expect("encode");
+        let back = decode_header(&plain).expect("decode");
+        assert_eq!((back.header.events, back.header.log_pos), (1_234, 98_765));
+        assert!(back.inline.is_none());
+        let parts = blobs();
+        let inline = encode_header(header, Some(&parts)).expect("encode");
+        let back = decode_header(&inline).expect("decode");
+        assert_eq!((back.header.events, back.header.log_pos), (1_234, 98_765));
+        for (part, blob) in INLINE_PARTS.into_iter().zip(&parts) {
+            assert_eq!(back.part(part), Some(&blob[..]), "{}", part.name());
+        }
+        assert_eq!(back.part(Part::Header), None);
+        // The plain header's frame and u64s, and five varint lengths (300, 200 and 130 take
+        // two bytes, 0 and 5 one).
+        let framing = inline.len() - parts.iter().map(Vec::len).sum::<usize>();
+        assert_eq!(framing, plain.len() + 8, "{framing}");
+        for i in 0..inline.len() {
+            let mut bad = inline.clone();
+            bad[i] ^= 0x21;
+            assert!(decode_header(&bad).is_err(), "byte {i}");
+        }
+        for cut in 0..inline.len() {
+            assert!(decode_header(&inline[..cut]).is_err(), "cut at {cut}");
+        }
+    }
+
+    use crate::store::test_support::{config, entries, events, reopened_from_format, tempdir};
+    use crate::store::{Slice, TimeRange, WriteBatch};
+
+    const DAY0: i64 = 1_764_547_200_000;
+
+    /// The parts of (tag, DAY0) stored under their own keys, by part byte.
+    fn own_keys(store: &Store, tag: u32) -> Vec<u8> {
+        entries(store, &[keys::SKETCH])
+            .into_iter()
+            .filter(|(k, _)| keys::parse_sketch(k) == Some((tag, DAY0)))
+            .map(|(k, _)| k[1])
+            .collect()
+    }
+
+    fn counts(store: &Store) -> Vec<u64> {
+        [
+            Slice::Whole,
+            Slice::tag("chain", "a"),
+            Slice::tag("chain", "b"),
+        ]
+        .iter()
+        .map(|s| store.count(s, &TimeRange::all()).expect("count").0)
+        .collect()
+    }
+
+    #[test]
+    fn small_sets_are_one_value_and_outgrown_ones_six() {
+        let dir = tempdir("inline-sets");
+        let store = Store::create(&dir, config()).expect("create");
+        store.ingest_batch(&events(0, 40)).expect("ingest");
+        store.checkpoint().expect("checkpoint");
+        for tag in [keys::WHOLE, 1, 2] {
+            assert_eq!(own_keys(&store, tag), vec![Part::Header as u8], "tag {tag}");
+        }
+        assert!(store.check().expect("check").is_clean());
+        drop(store);
+        let store = Store::open(&dir).expect("reopen");
+        assert_eq!(counts(&store), vec![40, 20, 20]);
+        // 3,000 more wallets: exact Count-Min counts alone outgrow INLINE_MAX.
+        store.ingest_batch(&events(40, 3_000)).expect("ingest");
+        store.checkpoint().expect("checkpoint");
+        for tag in [keys::WHOLE, 1, 2] {
+            let mut own = own_keys(&store, tag);
+            own.sort_unstable();
+            let mut all: Vec<u8> = Part::ALL.iter().map(|&p| p as u8).collect();
+            all.sort_unstable();
+            assert_eq!(own, all, "tag {tag}");
+            let header = store
+                .engine
+                .get(&keys::sketch(Part::Header, tag, DAY0))
+                .expect("get")
+                .expect("stored");
+            assert!(decode_header(&header).expect("decode").inline.is_none());
+        }
+        assert!(store.check().expect("check").is_clean());
+        drop(store);
+        let store = Store::open(&dir).expect("reopen");
+        assert_eq!(counts(&store), vec![3_040, 1_520, 1_520]);
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A format-6 store keeps every set as six values. It is read as it is, checks clean, and
+    /// a set of it that changes stays six values, rewritten whole (its Count-Min total follows
+    /// its header), while a new small set is stored inline.
+    #[test]
+    fn a_format_six_stores_split_sets_are_read_and_stay_split() {
+        let dir = tempdir("format-6-sets");
+        let store = Store::create(&dir, config()).expect("create");
+        store.ingest_batch(&events(0, 40)).expect("ingest");
+        store.checkpoint().expect("checkpoint");
+        {
+            // Every set rewritten as format 6 wrote it.
+            let st = store.lock().expect("lock");
+            let mut batch = WriteBatch::default();
+            for (&set, active) in &st.sets {
+                let split = store
+                    .put_set(&mut batch, &st.tags, set, &active.set, active.log_pos, true)
+                    .expect("put");
+                assert!(split);
+            }
+            store.engine.apply(batch).expect("apply");
+            store.engine.sync().expect("sync");
+        }
+        assert_eq!(own_keys(&store, 1).len(), 6);
+        let store = reopened_from_format(store, &dir, 6);
+        assert_eq!(counts(&store), vec![40, 20, 20]);
+        assert!(store.check().expect("check").is_clean());
+        let mut more = events(40, 2);
+        more[1] = Event::new(more[1].time, "0xnew", &[("chain", "c")]);
+        store.ingest_batch(&more).expect("ingest");
+        store.checkpoint().expect("checkpoint");
+        assert_eq!(own_keys(&store, 1).len(), 6, "chain:a stays split");
+        let cms = store
+            .engine
+            .get(&keys::sketch(Part::CountMin, 1, DAY0))
+            .expect("get")
+            .expect("stored");
+        assert_eq!(CountMin::decode(&cms).expect("decode").total(), 21);
+        assert_eq!(
+            own_keys(&store, 3),
+            vec![Part::Header as u8],
+            "chain:c is new"
+        );
+        assert!(store.check().expect("check").is_clean());
+        assert_eq!(counts(&store), vec![42, 21, 20]);
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -34,9 +34,9 @@ use super::error::{Result, StoreError};
 use super::keys::{self, Part};
 use super::model::Event;
 use super::seam::Seam;
-use super::sets::{SetHeader, Stored};
+use super::sets::{decode_header, encode_header, SetHeader, Stored};
 use super::state::State;
-use super::{codec, kinds, Store};
+use super::Store;
 use crate::sketch::{Sketch, SketchSet};
 use rustc_hash::FxHashSet;
 use serde::{Deserialize, Serialize};
@@ -155,7 +155,7 @@ impl Store {
         let mut batch = WriteBatch::default();
         let mut in_batch: Vec<(u32, i64)> = Vec::new();
         for &key in which {
-            let Some(active) = st.sets.get(&key) else {
+            let Some(active) = st.sets.get_mut(&key) else {
                 continue;
             };
             if !active.dirty {
@@ -164,15 +164,14 @@ impl Store {
                 }
                 continue;
             }
-            let (tag, bucket) = key;
-            self.put_set_in(
+            active.split = self.put_set_in(
                 Stored::Staged,
                 &mut batch,
                 &st.tags,
-                tag,
-                bucket,
+                key,
                 &active.set,
                 active.log_pos,
+                active.split,
             )?;
             in_batch.push(key);
             if full(&batch) {
@@ -265,18 +264,11 @@ impl Store {
                         detail: "not a key this build writes".into(),
                     });
                 };
-                let value =
-                    if key.get(1) == Some(&(Part::Header as u8)) {
-                        let mut header: SetHeader = codec::decode(kinds::META.blob, &value)
-                            .map_err(|e| StoreError::DamagedLog {
-                                name: format!("staged set header under key {key:02x?}"),
-                                detail: format!("{e}; the committed import cannot be finished"),
-                            })?;
-                        header.log_pos = log_pos;
-                        Self::blob(engine.path(), &header)?
-                    } else {
-                        value
-                    };
+                let value = if key.get(1) == Some(&(Part::Header as u8)) {
+                    Self::header_at(&key, &value, log_pos)?
+                } else {
+                    value
+                };
                 engine.put(&mut batch, target.to_vec(), value)?;
                 engine.delete(&mut batch, key)?;
                 if full(&batch) {
@@ -292,6 +284,21 @@ impl Store {
         engine.delete(&mut batch, keys::meta(MARKER))?;
         engine.apply(batch)?;
         engine.sync()
+    }
+
+    /// A staged set header rewritten with the commit's log position, inline parts and all.
+    fn header_at(key: &[u8], value: &[u8], log_pos: u64) -> Result<Vec<u8>> {
+        let damaged = |e: String| StoreError::DamagedLog {
+            name: format!("staged set header under key {key:02x?}"),
+            detail: format!("{e}; the committed import cannot be finished"),
+        };
+        let stored = decode_header(value).map_err(damaged)?;
+        let header = SetHeader {
+            log_pos,
+            ..stored.header
+        };
+        let inline = stored.inline.map(|parts| parts.map(<[u8]>::to_vec));
+        encode_header(header, inline.as_ref()).map_err(|e| damaged(e.to_string()))
     }
 
     /// Deletes every staged key (and its chunks): what an import that did not commit left.

@@ -20,6 +20,9 @@ pub(crate) struct Active {
     pub(super) log_pos: u64,
     pub(super) dirty: bool,
     pub(super) last_used: u64,
+    /// Stored as six values rather than inline in its header (see `sets::INLINE_MAX`): once
+    /// split, a set stays split, so no rewrite ever leaves its old part keys behind.
+    pub(super) split: bool,
 }
 #[derive(Default, Clone)]
 pub(crate) struct TagDict {
