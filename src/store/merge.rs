@@ -437,8 +437,7 @@ fn merge_into(
         Arc::make_mut(&mut st.modified).insert((tag, bucket), clock);
         held_bytes = held_bytes.saturating_sub(loaded) + size_of(st, (tag, bucket));
         if held_bytes > out.config.memory_budget / 2 {
-            out.stage_over_budget(st)?;
-            held_bytes = Store::sets_bytes(st);
+            held_bytes = out.stage_over_budget(st)?;
         }
         summary.sets += 1;
         progress(MergeProgress {

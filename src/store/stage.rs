@@ -119,10 +119,11 @@ impl Store {
 
     /// After a piece of an import: if the sets held take more than half the budget, lets the
     /// least recently used go until they take at most a quarter, staging the changed ones.
-    pub(super) fn stage_over_budget(&self, st: &mut State) -> Result<()> {
+    /// Returns the bytes the sets still held take.
+    pub(super) fn stage_over_budget(&self, st: &mut State) -> Result<usize> {
         let mut in_use = Self::sets_bytes(st);
         if in_use <= self.config.memory_budget / 2 {
-            return Ok(());
+            return Ok(in_use);
         }
         let target = self.config.memory_budget / 4;
         let mut by_age: Vec<((u32, i64), u64, usize)> = st
@@ -139,7 +140,8 @@ impl Store {
             in_use -= size;
             victims.push(key);
         }
-        self.stage_sets(st, &victims, false)
+        self.stage_sets(st, &victims, false)?;
+        Ok(in_use)
     }
 
     /// Writes the changed sets among `which` to their staged keys, in batches of at most
