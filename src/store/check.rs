@@ -387,6 +387,7 @@ impl Store {
             broken: None,
             imported: Default::default(),
             acked: None,
+            stored: Default::default(),
         };
         let store = Store::assemble(engine, config, state);
         let mut st = store.lock()?;
@@ -1219,10 +1220,17 @@ from event {}",
                 self.engine
                     .delete(&mut batch, keys::sketch(part, tag, bucket).to_vec())?;
             }
-            if active.set.events > 0 || imported.is_some() {
+            let keep = active.set.events > 0 || imported.is_some();
+            if keep {
                 self.put_set(&mut batch, &st.tags, (tag, bucket), &active.set, pos, false)?;
             }
             self.engine.apply(batch)?;
+            let stored = Arc::make_mut(&mut st.stored);
+            if keep {
+                stored.insert((tag, bucket));
+            } else {
+                stored.remove(&(tag, bucket));
+            }
             std::sync::Arc::make_mut(&mut st.modified).insert((tag, bucket), clock);
             report.rebuilt.push(format!(
                 "sketch set of bucket {}, {} ({} events{})",

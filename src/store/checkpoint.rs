@@ -16,6 +16,7 @@ use super::state::{State, TagDict};
 use super::{codec, kinds, log, Store};
 use crate::sketch::{ScalableBloom, Sketch, SketchError, SketchSet};
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// The checkpoint record.
 #[derive(Serialize, Deserialize)]
@@ -66,8 +67,10 @@ impl Store {
         self.log_into(st, &mut batch)?;
         let pos = st.next_seq;
         let tags = &st.tags;
+        let mut written: Vec<(u32, i64)> = Vec::new();
         for (&set, active) in st.sets.iter_mut().filter(|(_, a)| a.dirty) {
             active.split = self.put_set(&mut batch, tags, set, &active.set, pos, active.split)?;
+            written.push(set);
         }
         let all_time = AllTime {
             bloom: ScalableBloom::clone(&st.all_time),
@@ -108,6 +111,11 @@ impl Store {
             )?;
         }
         self.engine.apply(batch)?;
+        // Its sets' headers are in the engine now (a staged set's once rolled forward below,
+        // which finishes or leaves the store to be reopened).
+        let stored = Arc::make_mut(&mut st.stored);
+        stored.extend(written);
+        stored.extend(st.staged.iter().copied());
         self.engine.sync()?;
         Self::after_log_written(st);
         if let Some(t) = expired {

@@ -156,6 +156,8 @@ impl Store {
             Self::remove_orphan_blocks(&self.engine, fresh.next_seq)?;
             // Deletes what the import staged; finishes a commit whose marker is on disk.
             Self::finish_staging(&self.engine)?;
+            let mut fresh = fresh;
+            fresh.stored = std::sync::Arc::new(Self::stored_sets(&self.engine)?);
             Ok(fresh)
         });
         let reason = match reread {

@@ -270,31 +270,20 @@ impl Snapshot<'_> {
         }
     }
 
-    /// The buckets of a tag that overlap `range`, in time order: stored ones (one ordered key
-    /// scan) and those the view holds. A stored bucket the view does not know of was written
-    /// after it; reading it then finds it [`StoreError::Stale`].
+    /// The buckets of a tag that overlap `range`, in time order: those stored when the view
+    /// was published and those it holds in memory. From the view, not the engine: sled makes
+    /// every reader wait while the writer applies a batch.
     fn buckets_of(&self, tag: u32, range: &TimeRange) -> Result<Vec<i64>> {
         let config = &self.store.config;
         let width = config.bucket.millis();
-        let prefix = keys::sketch_prefix(Part::Header, tag);
-        let start = keys::sketch(
-            Part::Header,
-            tag,
-            range.start.map_or(i64::MIN, |s| config.bucket.bucket_of(s)),
-        );
+        let first = range.start.map_or(i64::MIN, |s| config.bucket.bucket_of(s));
         let mut out = Vec::new();
-        for entry in self.store.engine.range(&start, None) {
-            let (k, _) = entry?;
-            if !k.starts_with(&prefix) {
+        for &(_, bucket) in self.view.stored.range((tag, first)..=(tag, i64::MAX)) {
+            if range.end.is_some_and(|e| bucket >= e) {
                 break;
             }
-            if let Some((_, bucket)) = keys::parse_sketch(&k) {
-                if range.end.is_some_and(|e| bucket >= e) {
-                    break;
-                }
-                if range.overlaps_bucket(bucket, width) {
-                    out.push(bucket);
-                }
+            if range.overlaps_bucket(bucket, width) {
+                out.push(bucket);
             }
         }
         for &(t, bucket) in self.view.sets.keys() {

@@ -82,6 +82,7 @@ impl Store {
         // Before anything reads a set: a committed import's staged sets moved into place, an
         // uncommitted one's deleted.
         Self::finish_staging(&engine)?;
+        state.stored = Arc::new(Self::stored_sets(&engine)?);
         // Before anything is written in this build's forms, which an older build cannot read.
         if Self::read_meta::<u32>(&engine, "format")? != Some(FORMAT_VERSION) {
             let mut batch = super::WriteBatch::default();
@@ -221,8 +222,23 @@ impl Store {
             broken: None,
             imported,
             acked: None,
+            // Filled in once staging is finished (see `stored_sets`).
+            stored: Default::default(),
         };
         Ok((config, state))
+    }
+
+    /// Every set with a committed header (one scan of the header keys), read once staging is
+    /// finished so that a committed import's sets are among them.
+    pub(super) fn stored_sets(engine: &Seam) -> Result<BTreeSet<(u32, i64)>> {
+        let mut out = BTreeSet::new();
+        for entry in engine.prefix(&[keys::SKETCH, keys::Part::Header as u8]) {
+            let (k, _) = entry?;
+            if let Some(set) = keys::parse_sketch(&k) {
+                out.insert(set);
+            }
+        }
+        Ok(out)
     }
 
     pub(super) fn new_all_time(config: &Config) -> Result<ScalableBloom> {

@@ -164,6 +164,11 @@ impl MemEngine {
     }
 
     /// Batches applied since the last sync.
+    /// Calls made to the engine so far (reads and writes alike).
+    pub fn calls(&self) -> u64 {
+        self.lock().calls
+    }
+
     pub fn unsynced_batches(&self) -> usize {
         self.lock().unsynced.len()
     }
