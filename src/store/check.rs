@@ -618,10 +618,13 @@ listed here"
             };
             let seen = w.sets.entry((tag, bucket)).or_default();
             seen.present |= bit(part);
+            let had = seen.present;
             let outcome = match self.checked_value(&key, raw, &mut w.checked)? {
                 Err(detail) => Err(detail),
                 Ok(bytes) => decode_part(part, &bytes, seen),
             };
+            // An inline set's parts count as parts too, read from its header.
+            w.checked.parts += u64::from((seen.present & !had).count_ones());
             match outcome {
                 Ok(()) => seen.sound |= bit(part),
                 Err(detail) => {

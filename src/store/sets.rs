@@ -892,7 +892,10 @@ mod tests {
         for tag in [keys::WHOLE, 1, 2] {
             assert_eq!(own_keys(&store, tag), vec![Part::Header as u8], "tag {tag}");
         }
-        assert!(store.check().expect("check").is_clean());
+        let report = store.check().expect("check");
+        assert!(report.is_clean(), "{:?}", report.damaged);
+        // Three keys, six parts each checked.
+        assert_eq!((report.checked.sets, report.checked.parts), (3, 18));
         drop(store);
         let store = Store::open(&dir).expect("reopen");
         assert_eq!(counts(&store), vec![40, 20, 20]);
