@@ -1,6 +1,7 @@
 //! Readers while a writer runs (issue 13's targets): a writer ingesting 10k-event batches with
-//! a flush after each, alone and with 4 reader threads asking `DISTINCT`, `SEEN`, `COUNT
-//! <value>` and `TOP` in turn; and `COUNT` asked while a 1M-event import runs.
+//! a flush after each, alone, with 1, 2 and 4 reader threads asking `DISTINCT`, `SEEN`, `COUNT
+//! <value>` and `TOP` in turn without pause, and with 4 pausing 1 ms between queries; and
+//! `COUNT` asked while a 1M-event import runs.
 //!
 //! Readers take the sketches' answers (`Options::exact_fallback` off): with it on, as in the
 //! REPL, `COUNT <wallet>` and `TOP` of a rare wallet answer exactly by scanning the day's raw
@@ -141,10 +142,18 @@ fn writer_with_readers(c: &mut Criterion) {
     g.sample_size(10).measurement_time(Duration::from_secs(20));
     g.throughput(Throughput::Elements(BATCH as u64));
     // Readers without pause take CPU as much as the lock: on two cores, four of them and the
-    // writer are five busy threads. Paced ones (a query a millisecond each, thousands a
-    // second in all) show what waiting costs the writer.
+    // writer are five busy threads, so one and two such readers are measured too (what four
+    // would see with a core each). Paced ones (a query a millisecond each, thousands a second
+    // in all) show what waiting costs the writer.
     let pace = Duration::from_millis(1);
-    for (readers_n, pause) in [(0usize, None), (4, None), (4, Some(pace))] {
+    let cases = [
+        (0usize, None),
+        (1, None),
+        (2, None),
+        (4, None),
+        (4, Some(pace)),
+    ];
+    for (readers_n, pause) in cases {
         let (dir, store) = prepared(&format!("writer-{readers_n}"), 20);
         let stop = Arc::new(AtomicBool::new(false));
         let latencies = Arc::new(Mutex::new(Vec::new()));
@@ -152,6 +161,7 @@ fn writer_with_readers(c: &mut Criterion) {
         let mut k = 20u64;
         let name = match (readers_n, pause) {
             (0, _) => "batch+flush, alone".to_string(),
+            (1, None) => "batch+flush, 1 reader".to_string(),
             (n, None) => format!("batch+flush, {n} readers"),
             (n, Some(p)) => format!("batch+flush, {n} readers pausing {} ms", p.as_millis()),
         };
