@@ -152,11 +152,10 @@ impl Store {
     /// or the disk holds more than that (a commit written but not confirmed), marks the state
     /// broken and returns the [`StoreError::MustReopen`] every later call will get.
     pub(super) fn roll_back(&self, st: &mut State, durable: u64, why: &str) -> Result<()> {
-        let reread = Self::read_state(&self.engine).and_then(|(_, fresh)| {
+        let reread = Self::read_state(&self.engine).and_then(|(_, mut fresh)| {
             Self::remove_orphan_blocks(&self.engine, fresh.next_seq)?;
             // Deletes what the import staged; finishes a commit whose marker is on disk.
             Self::finish_staging(&self.engine)?;
-            let mut fresh = fresh;
             fresh.stored = std::sync::Arc::new(Self::stored_sets(&self.engine)?);
             Ok(fresh)
         });

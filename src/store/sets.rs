@@ -219,20 +219,42 @@ impl Store {
         bucket: i64,
         decode: impl FnOnce(&[u8]) -> std::result::Result<T, SketchError>,
     ) -> Result<Option<T>> {
-        let damaged = |source| StoreError::Damaged {
-            name: self.blob_name_in(stored, tags, part, tag, bucket),
-            source,
+        let Some(bytes) = self.engine.get(&stored.key(Part::Header, tag, bucket))? else {
+            return self.decode_part_in(stored, tags, (tag, bucket), None, part, decode);
         };
-        if let Some(header) = self.engine.get(&stored.key(Part::Header, tag, bucket))? {
-            let h = self.decode_header_in(stored, tags, tag, bucket, &header)?;
-            if let Some(bytes) = h.part(part) {
-                return decode(bytes).map(Some).map_err(damaged);
-            }
-        }
-        let Some(bytes) = self.engine.get(&stored.key(part, tag, bucket))? else {
-            return Ok(None);
+        let h = self.decode_header_in(stored, tags, tag, bucket, &bytes)?;
+        self.decode_part_in(stored, tags, (tag, bucket), Some(&h), part, decode)
+    }
+
+    /// Decodes `part` of a set whose header `h` was read: from inside it if the set is
+    /// inline, else from the part's own key (`None` if that is absent), naming the part if
+    /// it is damaged.
+    fn decode_part_in<T>(
+        &self,
+        stored: Stored,
+        tags: &TagDict,
+        (tag, bucket): (u32, i64),
+        h: Option<&StoredHeader<'_>>,
+        part: Part,
+        decode: impl FnOnce(&[u8]) -> std::result::Result<T, SketchError>,
+    ) -> Result<Option<T>> {
+        let owned;
+        let bytes = match h.and_then(|h| h.part(part)) {
+            Some(inline) => inline,
+            None => match self.engine.get(&stored.key(part, tag, bucket))? {
+                Some(value) => {
+                    owned = value;
+                    &owned[..]
+                }
+                None => return Ok(None),
+            },
         };
-        decode(&bytes).map(Some).map_err(damaged)
+        decode(bytes)
+            .map(Some)
+            .map_err(|source| StoreError::Damaged {
+                name: self.blob_name_in(stored, tags, part, tag, bucket),
+                source,
+            })
     }
 
     /// [`decode_header`], naming the set's header if it is damaged.
@@ -346,13 +368,7 @@ impl Store {
     /// Every set the store holds, as `(tag, bucket)` in key order: the stored ones (one scan of
     /// the set headers) and those so far only in memory.
     pub(super) fn all_sets(&self, st: &State) -> Result<Vec<(u32, i64)>> {
-        let mut out = Vec::new();
-        for entry in self.engine.prefix(&[keys::SKETCH, Part::Header as u8]) {
-            let (k, _) = entry?;
-            if let Some(set) = keys::parse_sketch(&k) {
-                out.push(set);
-            }
-        }
+        let mut out: Vec<(u32, i64)> = Self::stored_sets(&self.engine)?.into_iter().collect();
         out.extend(st.sets.keys().copied());
         out.sort_unstable();
         out.dedup();
@@ -439,41 +455,28 @@ impl Store {
         };
         let h = self.decode_header_in(stored, tags, tag, bucket, &bytes)?;
         let split = h.inline.is_none();
-        // Each part from the header it came with, or from its own key: one read of the
-        // header for the whole set.
-        fn part<T>(
-            store: &Store,
-            (stored, tags, tag, bucket): (Stored, &TagDict, u32, i64),
-            h: &StoredHeader<'_>,
-            part: Part,
-            decode: impl FnOnce(&[u8]) -> std::result::Result<T, SketchError>,
-        ) -> Result<T> {
-            let owned;
-            let bytes = match h.part(part) {
-                Some(b) => b,
-                None => {
-                    owned = store
-                        .engine
-                        .get(&stored.key(part, tag, bucket))?
-                        .ok_or_else(|| StoreError::DamagedLog {
-                            name: store.blob_name_in(stored, tags, part, tag, bucket),
-                            detail: "missing".into(),
-                        })?;
-                    &owned[..]
-                }
-            };
-            decode(bytes).map_err(|source| StoreError::Damaged {
-                name: store.blob_name_in(stored, tags, part, tag, bucket),
-                source,
-            })
-        }
-        let at = (stored, tags, tag, bucket);
+        // Every part from the one header read, or from its own key.
+        let missing = |part: Part| StoreError::DamagedLog {
+            name: self.blob_name_in(stored, tags, part, tag, bucket),
+            detail: "missing".into(),
+        };
+        let (at, from) = ((tag, bucket), Some(&h));
         let set = SketchSet {
-            bloom: part(self, at, &h, Part::Bloom, BloomFilter::decode)?,
-            hll: part(self, at, &h, Part::Hll, HyperLogLog::decode)?,
-            theta: part(self, at, &h, Part::Theta, Theta::decode)?,
-            cms: part(self, at, &h, Part::CountMin, CountMin::decode)?,
-            reservoir: part(self, at, &h, Part::Reservoir, decode_reservoir)?,
+            bloom: self
+                .decode_part_in(stored, tags, at, from, Part::Bloom, BloomFilter::decode)?
+                .ok_or_else(|| missing(Part::Bloom))?,
+            hll: self
+                .decode_part_in(stored, tags, at, from, Part::Hll, HyperLogLog::decode)?
+                .ok_or_else(|| missing(Part::Hll))?,
+            theta: self
+                .decode_part_in(stored, tags, at, from, Part::Theta, Theta::decode)?
+                .ok_or_else(|| missing(Part::Theta))?,
+            cms: self
+                .decode_part_in(stored, tags, at, from, Part::CountMin, CountMin::decode)?
+                .ok_or_else(|| missing(Part::CountMin))?,
+            reservoir: self
+                .decode_part_in(stored, tags, at, from, Part::Reservoir, decode_reservoir)?
+                .ok_or_else(|| missing(Part::Reservoir))?,
             events: h.header.events,
         };
         set.validate().map_err(|source| StoreError::Damaged {

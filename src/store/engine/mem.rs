@@ -163,12 +163,12 @@ impl MemEngine {
         self.crash(0)
     }
 
-    /// Batches applied since the last sync.
     /// Calls made to the engine so far (reads and writes alike).
     pub fn calls(&self) -> u64 {
         self.lock().calls
     }
 
+    /// Batches applied since the last sync.
     pub fn unsynced_batches(&self) -> usize {
         self.lock().unsynced.len()
     }
