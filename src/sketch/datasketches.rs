@@ -1762,4 +1762,217 @@ mod tests {
         // 0x93cc: the seed hash every DataSketches implementation writes for its default seed.
         assert_eq!(seed_hash(SEED), 0x93cc);
     }
+
+    /// Images written by Apache DataSketches C++ 5.2, and C++'s reading of ours: the fixtures
+    /// in `tests/fixtures/datasketches-cpp`, made by its `make.py` (see there).
+    mod cpp {
+        use super::*;
+        use serde_json::Value;
+        use std::path::PathBuf;
+
+        fn dir() -> PathBuf {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/datasketches-cpp")
+        }
+
+        /// `w<stream>-<i>` for each `[stream, n]`, the items both sides were fed.
+        fn items(streams: &Value) -> Vec<String> {
+            let pairs = streams.as_array().expect("streams");
+            pairs
+                .iter()
+                .flat_map(|pair| {
+                    let (stream, n) = (pair[0].as_u64().expect("s"), pair[1].as_u64().expect("n"));
+                    (0..n).map(move |i| format!("w{stream}-{i}"))
+                })
+                .collect()
+        }
+
+        fn manifest() -> Value {
+            let text = std::fs::read_to_string(dir().join("manifest.json")).expect("manifest");
+            serde_json::from_str(&text).expect("manifest JSON")
+        }
+
+        fn width(name: &str) -> HllWidth {
+            match name {
+                "HLL_4" => HllWidth::Hll4,
+                "HLL_6" => HllWidth::Hll6,
+                "HLL_8" => HllWidth::Hll8,
+                other => panic!("width {other}"),
+            }
+        }
+
+        fn f64_of(v: &Value, key: &str) -> f64 {
+            v[key].as_f64().unwrap_or_else(|| panic!("{key} in {v}"))
+        }
+
+        /// Every C++ image, of every mode, width and form, imports as our own sketch of the same
+        /// items: the same registers (also folded to a lower p), the same Theta entries and θ.
+        /// Where C++ answers with HIP (a sketch built by updates) ours does too, within 2 items
+        /// (the seed of the accumulator at the switch to registers differs, as against the
+        /// Rust crate, `hll::tests::hip_is_datasketches_hip_for_the_same_items`); in list and
+        /// set mode both count coupons and agree within a hundredth of the standard error.
+        /// An ordered compact Theta image from C++ is byte for byte the image we write (but for
+        /// the empty one's seed hash field).
+        #[test]
+        fn cpp_images_are_our_sketches_of_the_same_items() {
+            let m = manifest();
+            let entries = m["cpp"].as_array().expect("cpp entries");
+            let (mut hll_seen, mut theta_seen) = (0, 0);
+            for e in entries {
+                let file = e["file"].as_str().expect("file");
+                let bytes = std::fs::read(dir().join("cpp").join(file)).expect(file);
+                let lg_k = u8::try_from(e["lg_k"].as_u64().expect("lg_k")).expect("lg_k");
+                let items = items(&e["streams"]);
+                let cpp_estimate = f64_of(e, "estimate");
+                match e["family"].as_str() {
+                    Some("hll") => {
+                        hll_seen += 1;
+                        let ours = ours_hll(lg_k, &items);
+                        let got = imported(&bytes, lg_k);
+                        assert_eq!(got.register_values(), ours.register_values(), "{file}");
+                        if lg_k > 10 {
+                            let folded = imported(&bytes, 10);
+                            let want = ours_hll(10, &items).register_values();
+                            assert_eq!(folded.register_values(), want, "{file} folded to 10");
+                        }
+                        let rse = 1.04 / f64::from(1u32 << lg_k).sqrt();
+                        match (e["mode"].as_str(), e["built_by"].as_str()) {
+                            (Some("hll"), Some("updates")) => {
+                                let hip = ours.hip_estimate().expect("dense, built by updates");
+                                assert!((hip - cpp_estimate).abs() < 2.0, "{file}: {hip}");
+                            }
+                            (Some("hll"), _) => {}
+                            _ => {
+                                let got = ours.estimate().value;
+                                let tol = 0.01 * rse * cpp_estimate.max(1.0);
+                                assert!((got - cpp_estimate).abs() <= tol, "{file}: {got}");
+                            }
+                        }
+                        // Dense compact images: cur_min, its count, the register bytes.
+                        if e["mode"] == "hll" && file.ends_with("-compact.bin") {
+                            let w = width(e["width"].as_str().expect("width"));
+                            if w != HllWidth::Hll4 {
+                                let ours_image = hll_image(&ours, w);
+                                assert_eq!(ours_image[6], bytes[6], "{file}: cur_min");
+                                assert_eq!(ours_image[32..], bytes[32..], "{file}: registers");
+                            }
+                        }
+                    }
+                    Some("theta") => {
+                        theta_seen += 1;
+                        let Ok(Image::Theta(image)) = read_image(&bytes) else {
+                            panic!("{file}: not a Theta image");
+                        };
+                        let mut hashes = image.hashes.clone();
+                        hashes.sort_unstable();
+                        let retained = usize::try_from(e["retained"].as_u64().expect("n"));
+                        let retained = retained.expect("retained");
+                        assert_eq!(image.theta, e["theta64"].as_u64().expect("θ"), "{file}");
+                        assert_eq!(hashes.len(), retained, "{file}");
+                        // Imported at the store's k = 4,096: trimmed to k where C++ held more
+                        // (θ then the (k+1)-th hash), else exactly C++'s θ and estimate.
+                        let k = 1usize << 12;
+                        let got = imported_theta(&bytes, 12).expect(file);
+                        assert_eq!(got.retained_hashes(), hashes[..retained.min(k)], "{file}");
+                        if retained <= k {
+                            assert_eq!(got.theta64(), image.theta, "{file}");
+                            assert_eq!(got.estimate().value.to_bits(), cpp_estimate.to_bits());
+                        } else {
+                            assert_eq!(got.theta64(), hashes[k], "{file}");
+                        }
+                        if lg_k == 12 {
+                            // Item 3's parity: fed the same items, ours holds C++'s θ and entries.
+                            let ours = ours_theta(&items);
+                            assert_eq!(ours.theta64(), image.theta, "{file}");
+                            assert_eq!(ours.retained_hashes(), hashes, "{file}");
+                            let ours_image = theta_image(&ours);
+                            if e["form"] == "ordered" && retained > 0 {
+                                assert_eq!(ours_image, bytes, "{file}: bytes");
+                            } else if e["form"] == "ordered" {
+                                // Empty: C++ writes its seed hash where the Rust crate, and
+                                // we with it, write zero; both readers take either.
+                                assert_eq!(ours_image[..6], bytes[..6], "{file}: empty");
+                                assert_eq!(bytes[6..], seed_hash(SEED).to_le_bytes());
+                            }
+                        }
+                    }
+                    other => panic!("family {other:?}"),
+                }
+            }
+            // 2 lg_k × 3 modes × 3 widths × 2 forms, 3 union results; 6 Theta sketches × 3 forms.
+            assert_eq!((hll_seen, theta_seen), (39, 18));
+        }
+
+        /// The images of ours that C++ read as its own (`make.py` checks the estimate, and unions
+        /// and intersections with sketches built there, against C++'s sketch of the same items):
+        /// we still write exactly those bytes, so what C++ checked is what we export.
+        #[test]
+        fn cpp_read_our_images_as_its_own_and_we_still_write_them() {
+            let m = manifest();
+            let ours = m["ours"].as_array().expect("ours entries");
+            assert_eq!(
+                ours.len(),
+                our_images().len(),
+                "every image C++ was to check"
+            );
+            for (e, (file, bytes)) in ours.iter().zip(our_images()) {
+                assert_eq!(e["file"], file);
+                let stored = std::fs::read(dir().join("ours").join(&file)).expect("ours image");
+                assert_eq!(stored, bytes, "{file}: we no longer write what C++ checked");
+                assert!(e["cpp_estimate"].is_f64(), "{file}: C++ read it");
+            }
+        }
+
+        /// What ours/ holds: HLL at p = 14 (sparse, just promoted, dense) in every width, and
+        /// Theta at k = 4,096 (empty, single, exact, estimating), each with `other`, the streams
+        /// of the C++-built sketch it is united and intersected with there.
+        fn our_image_specs() -> Vec<(String, Value)> {
+            let mut out = Vec::new();
+            for (stream, n) in [(900u64, 5u64), (901, 1_000), (902, 50_000)] {
+                for w in ["HLL_4", "HLL_6", "HLL_8"] {
+                    let file = format!("hll-14-{n}-{w}.bin");
+                    let spec = serde_json::json!({"file": file, "family": "hll", "lg_k": 14,
+                        "width": w, "streams": [[stream, n]], "other": [[stream, 20_000], [950, 20_000]]});
+                    out.push((file, spec));
+                }
+            }
+            for (stream, n) in [(910u64, 0u64), (911, 1), (912, 100), (913, 100_000)] {
+                let file = format!("theta-12-{n}.bin");
+                let spec = serde_json::json!({"file": file, "family": "theta", "lg_k": 12,
+                    "streams": [[stream, n]], "other": [[stream, 20_000], [960, 20_000]]});
+                out.push((file, spec));
+            }
+            out
+        }
+
+        fn our_images() -> Vec<(String, Vec<u8>)> {
+            our_image_specs()
+                .into_iter()
+                .map(|(file, spec)| {
+                    let items = items(&spec["streams"]);
+                    let bytes = match spec["family"].as_str() {
+                        Some("hll") => hll_image(
+                            &ours_hll(14, &items),
+                            width(spec["width"].as_str().expect("w")),
+                        ),
+                        _ => theta_image(&ours_theta(&items)),
+                    };
+                    (file, bytes)
+                })
+                .collect()
+        }
+
+        /// Writes ours/ for `make.py` (run by hand when the export changes, then make.py).
+        #[test]
+        #[ignore = "writes the fixtures make.py reads; run by hand"]
+        fn write_our_images_for_the_cpp_check() {
+            let out = dir().join("ours");
+            std::fs::create_dir_all(&out).expect("ours/");
+            for (file, bytes) in our_images() {
+                std::fs::write(out.join(file), bytes).expect("write");
+            }
+            let index: Vec<Value> = our_image_specs().into_iter().map(|(_, s)| s).collect();
+            let text = serde_json::to_string_pretty(&index).expect("json");
+            std::fs::write(out.join("index.json"), text).expect("index");
+        }
+    }
 }
