@@ -24,9 +24,13 @@
 //! registers, seeded with the coupons' count, every register change adds the inverse of the
 //! chance that a new item changes a register. It is unbiased and about 22% more accurate than
 //! any estimate from the registers alone, but only for one history of updates: a merge brings
-//! registers in no order it can account for, so a merged sketch drops it and answers with
-//! Ertl's improved raw estimator (2017), which has no mid-range bias and needs no empirical
-//! correction tables. The accumulator and its variance estimate are stored with the sketch
+//! registers in no order it can account for, so a sketch that merged another's registers drops
+//! it and answers with Ertl's improved raw estimator (2017), which has no mid-range bias and
+//! needs no empirical correction tables. A sparse sketch's coupons are its distinct items, so
+//! merging one feeds them in as updates (as DataSketches' union takes list and set modes), in
+//! an order unrelated to their registers, and HIP stays valid: a union of eight buckets of 375
+//! items answered with 0.40% RMS instead of the registers' 0.58%. The accumulator and its
+//! variance estimate are stored with the sketch
 //! (layout 2). Ours equals DataSketches' for the same items but for its seed (see the tests).
 
 use super::bounds::normal_interval;
@@ -187,6 +191,26 @@ impl CouponSet {
 
     fn iter(&self) -> impl Iterator<Item = u32> + '_ {
         self.slots.iter().copied().filter(|&c| c != EMPTY)
+    }
+
+    /// The coupons in an order independent of their addresses and values (by a bijective
+    /// mix of all 32 bits, MurmurHash3's 32-bit finaliser), so that, fed one by one, each
+    /// lands on a uniformly random register as a new item would.
+    fn in_mixed_order(&self) -> impl Iterator<Item = u32> {
+        fn fmix32(mut h: u32) -> u32 {
+            h ^= h >> 16;
+            h = h.wrapping_mul(0x85eb_ca6b);
+            h ^= h >> 13;
+            h = h.wrapping_mul(0xc2b2_ae35);
+            h ^ (h >> 16)
+        }
+        // The mix and the coupon in one word: one sort of plain integers, no key recomputed.
+        let mut v: Vec<u64> = self
+            .iter()
+            .map(|c| u64::from(fmix32(c)) << 32 | u64::from(c))
+            .collect();
+        v.sort_unstable();
+        v.into_iter().map(|w| w as u32)
     }
 
     fn sorted(&self) -> Vec<u32> {
@@ -438,7 +462,7 @@ impl HyperLogLog {
             Repr::Sparse(set) => {
                 set.insert(coupon);
                 if set.len > self.sparse_limit() {
-                    self.densify(true);
+                    self.densify(updating);
                 }
             }
         }
@@ -637,22 +661,21 @@ impl Sketch for HyperLogLog {
         match &other.repr {
             Repr::Sparse(theirs) if theirs.len == 0 => {}
             Repr::Sparse(theirs) => {
-                let limit = self.sparse_limit();
-                let mask = (1u32 << self.p) - 1;
-                match &mut self.repr {
-                    Repr::Sparse(mine) => {
-                        for c in theirs.iter() {
-                            mine.insert(c);
-                        }
-                        if mine.len > limit {
-                            self.densify(false);
-                        }
+                // Coupons are the other side's distinct items (one per 26-bit address), so they
+                // can be updates: HIP stays valid where it was, as DataSketches' union feeds its
+                // gadget list and set modes. But in an order unrelated to their registers: in
+                // the table's order (by address) each coupon lands past the registers the
+                // earlier ones raised, where a change is likelier than HIP's `q` says.
+                let fits = matches!(&self.repr, Repr::Sparse(mine)
+                    if mine.len + theirs.len <= self.sparse_limit());
+                let updating = self.hip.is_some() || matches!(self.repr, Repr::Sparse(_));
+                if fits || !updating {
+                    for c in theirs.iter() {
+                        self.add_coupon(c, updating);
                     }
-                    Repr::Dense(regs) => {
-                        for c in theirs.iter() {
-                            raise_register(regs, (c & mask) as usize, (c >> ADDRESS_BITS) as u8);
-                        }
-                        self.hip = None;
+                } else {
+                    for c in theirs.in_mixed_order() {
+                        self.add_coupon(c, updating);
                     }
                 }
             }
@@ -1166,8 +1189,10 @@ mod tests {
                 halves
                     .merge(&sketch_of(14, stream, n / 2..n))
                     .expect("merge");
-                assert!(halves.hip.is_none(), "n={n}: merged");
-                merged.push((halves.estimate(), n as f64));
+                // At 2,000 the halves are sparse and their merge keeps HIP; the registers'
+                // estimate is what a merge of dense sketches answers with.
+                assert_eq!(halves.hip.is_none(), n > 2_000, "n={n}: merged");
+                merged.push((halves.register_estimate(), n as f64));
             }
             let width = |r: &[(Estimate, f64)]| {
                 r.iter().map(|(e, t)| (e.upper - e.lower) / t).sum::<f64>() / r.len() as f64
@@ -1200,6 +1225,85 @@ mod tests {
         }
     }
 
+    /// Merged coupons are updates: a range over sparse buckets keeps HIP. Two shapes a query
+    /// meets, 400 seeds each at p = 14, merged left to right as a query merges buckets: eight
+    /// disjoint buckets of 375 items (3,000, past the sparse limit of 1,536 midway), and a dense
+    /// bucket of 20,000 followed by six sparse ones of 1,000 that each share half their items
+    /// with what came before (23,000). HIP must stay valid, unbiased (mean error within 4 of its
+    /// standard errors, RMS/√400) and calibrated (`assert_calibrated`'s bands; ten times too
+    /// wide or narrow fails), and in the first shape beat the registers' RMS on the same sketches.
+    #[test]
+    fn merged_coupons_keep_hip_unbiased_and_calibrated() {
+        // (name, distinct items in all, each bucket's item range)
+        type Shape = (&'static str, u64, &'static [(u64, u64)]);
+        let shapes: [Shape; 2] = [
+            (
+                "8 sparse buckets",
+                3_000,
+                &[
+                    (0, 375),
+                    (375, 750),
+                    (750, 1_125),
+                    (1_125, 1_500),
+                    (1_500, 1_875),
+                    (1_875, 2_250),
+                    (2_250, 2_625),
+                    (2_625, 3_000),
+                ],
+            ),
+            (
+                "dense + 6 sparse",
+                23_000,
+                &[
+                    (0, 20_000),
+                    (19_500, 20_500),
+                    (20_000, 21_000),
+                    (20_500, 21_500),
+                    (21_000, 22_000),
+                    (21_500, 22_500),
+                    (22_000, 23_000),
+                ],
+            ),
+        ];
+        for (shape, truth, buckets) in shapes {
+            let (mut hip, mut registers) = (Vec::new(), Vec::new());
+            for seed in 0..400u64 {
+                let stream = 300_000 + seed;
+                let mut range = HyperLogLog::new(14).expect("p");
+                for &(from, to) in buckets {
+                    range
+                        .merge(&sketch_of(14, stream, from..to))
+                        .expect("merge");
+                }
+                assert!(range.hip.is_some(), "{shape}: HIP kept");
+                hip.push((range.estimate(), truth as f64));
+                registers.push((range.register_estimate(), truth as f64));
+            }
+            let (h, r) = (Calibration::of(&hip), Calibration::of(&registers));
+            let what = format!("hll p=14, {shape} merged, HIP, 400 seeds");
+            assert!(
+                h.mean_error.abs() <= 4.0 * h.rms_error / 20.0,
+                "{what}: biased, {h:?}"
+            );
+            assert_calibrated(&what, &h);
+            for factor in [10.0, 0.1] {
+                let wrong = Calibration::of(&scaled(&hip, factor));
+                assert!(
+                    check_calibrated(&what, &wrong).is_err(),
+                    "{what}: ×{factor}"
+                );
+            }
+            eprintln!(
+                "{what}: RMS {:.3}% against the registers' {:.3}%",
+                h.rms_error * 100.0,
+                r.rms_error * 100.0
+            );
+            if truth == 3_000 {
+                assert!(h.rms_error < r.rms_error, "{what}: {h:?} vs {r:?}");
+            }
+        }
+    }
+
     /// The same calibration at p = 10 (1,024 registers, sparse up to 96 coupons), where
     /// DataSketches falls back on measured error tables: HIP's interval comes from its own
     /// variance at every precision, the registers' from the Fisher information at n. n = 500
@@ -1218,7 +1322,7 @@ mod tests {
                 halves
                     .merge(&sketch_of(10, stream, n / 2..n))
                     .expect("merge");
-                merged.push((halves.estimate(), n as f64));
+                merged.push((halves.register_estimate(), n as f64));
             }
             for (what, results) in [("HIP", &hip), ("registers", &merged)] {
                 let what = format!("hll p=10, n={n}, {what}, 200 seeds");
@@ -1297,7 +1401,7 @@ mod tests {
     /// merge with an empty one (either way round) does not; a blob of layout 1 (no HIP) is read, answering from its
     /// registers.
     #[test]
-    fn hip_is_stored_and_merges_turn_it_off() {
+    fn hip_is_stored_and_merged_registers_turn_it_off() {
         let h = sketch_of(14, 6, 0..50_000);
         assert!(h.hip.is_some());
         let back = HyperLogLog::decode(&h.encode().expect("encode")).expect("decode");
@@ -1319,8 +1423,22 @@ mod tests {
         into_empty.merge(&h).expect("merge");
         assert_eq!(into_empty.hip, h.hip);
         assert_eq!(into_empty.estimate(), h.estimate());
+        // Coupons merged in are updates: duplicates change nothing, new items count.
         let mut merged = h.clone();
         merged.merge(&sketch_of(14, 6, 0..10)).expect("merge");
+        assert_eq!(merged.hip, h.hip);
+        merged
+            .merge(&sketch_of(14, 6, 60_000..60_100))
+            .expect("merge");
+        let (after, before) = (merged.hip.expect("kept"), h.hip.expect("hip"));
+        let (added, sd) = (
+            after.estimate - before.estimate,
+            (after.variance - before.variance).sqrt(),
+        );
+        // 100 items into 50,000: each change adds 1/q ≈ 4, so the sd is about 17; 4 of them.
+        assert!((added - 100.0).abs() <= 4.0 * sd, "{added} ± {sd}");
+        // Registers merged in are not.
+        merged.merge(&sketch_of(14, 7, 0..5_000)).expect("merge");
         assert!(merged.hip.is_none());
         assert_eq!(merged.estimate(), merged.register_estimate());
         let old = HyperLogLog::decode(&h.encode_layout_1()).expect("layout 1 reads");
