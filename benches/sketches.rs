@@ -516,6 +516,11 @@ fn sketch_sets(c: &mut Criterion) {
         wallet: String,
         chain: &'static str,
     }
+    impl sketchdb::sketch::HeapSize for Tx {
+        fn heap_bytes(&self) -> usize {
+            self.wallet.capacity()
+        }
+    }
     let items = wallets(17, BATCH);
     let config = SketchConfig::default();
     let mut whole: SketchSet<Tx> = SketchSet::with_seed(&config, 1).expect("set");

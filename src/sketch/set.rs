@@ -170,7 +170,9 @@ impl<E> SketchSet<E> {
             events: 0,
         })
     }
+}
 
+impl<E: HeapSize> SketchSet<E> {
     /// Routes one event: every family sees its item's precomputed hashes; the event itself is only
     /// built (cloned) if the reservoir keeps it.
     #[inline]
