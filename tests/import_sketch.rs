@@ -390,3 +390,98 @@ fn export_from_one_store_and_import_into_another() {
     assert!(check.status.success());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Images Apache DataSketches C++ 5.2 wrote (`tests/fixtures/datasketches-cpp`, items
+/// `w<stream>-<i>`), imported through the CLI as a user would, from a file and as base64
+/// through a pipe, beside native events: DISTINCT over the whole store answers our own sketch
+/// of every item to the bit (an import is a merge of registers: the registers' estimate), and
+/// the Theta image's items count in AND with the native ones.
+#[test]
+fn images_written_by_datasketches_cpp_import_through_the_cli() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/datasketches-cpp");
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(fixtures.join("manifest.json")).expect("manifest"))
+            .expect("json");
+    // The stream and item count C++ fed the sketch in `file`.
+    let fed = |file: &str| -> (u64, u64) {
+        let entry = manifest["cpp"]
+            .as_array()
+            .expect("entries")
+            .iter()
+            .find(|e| e["file"] == file)
+            .unwrap_or_else(|| panic!("{file} in the manifest"));
+        let pair = &entry["streams"][0];
+        (
+            pair[0].as_u64().expect("stream"),
+            pair[1].as_u64().expect("n"),
+        )
+    };
+    let dir = tempdir("cpp");
+    let db = dir.join("db");
+    let input = dir.join("native.jsonl");
+    ok(&db, &["init", "--bucket", "day", "--tag", "chain"]);
+    let ingest = |stream: u64, n: u64, chain: &str| {
+        let lines: String = (0..n)
+            .map(|i| {
+                format!(
+                    "{{\"time\":\"2026-12-01T00:00:{:02}Z\",\"wallet\":\"w{stream}-{i}\",\"chain\":\"{chain}\"}}\n",
+                    i % 60
+                )
+            })
+            .collect();
+        std::fs::write(&input, lines).expect("write");
+        ok(&db, &["ingest", "--quiet", input.to_str().expect("utf-8")]);
+    };
+
+    // The HLL_4 image in HLL mode at lg_k 14, and 5,000 of its items arriving natively.
+    let file = "hll-14-hll-HLL_4-compact.bin";
+    let (stream, n) = fed(file);
+    ingest(stream, 5_000, "a");
+    let path = fixtures.join("cpp").join(file);
+    let out = ok(
+        &db,
+        &[
+            "import-sketch",
+            "--at",
+            "2026-12-01",
+            path.to_str().expect("utf-8"),
+        ],
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("HLL_4"), "{said}");
+    let all: Vec<String> = (0..n).map(|i| format!("w{stream}-{i}")).collect();
+    let want = ours_hll(14, &all).register_estimate().value;
+    let got = distinct(&db, "DISTINCT wallets");
+    assert_eq!(
+        got["value"].as_f64().map(f64::to_bits),
+        Some(want.to_bits()),
+        "{got}"
+    );
+
+    // The compressed compact Theta image of 3,000 items (exact) into chain:b through a pipe as
+    // base64; 1,000 of them also arrive natively on chain:a.
+    let file = "theta-12-3000-compressed.bin";
+    let (stream, n) = fed(file);
+    assert_eq!(n, 3_000);
+    ingest(stream, 1_000, "a");
+    let image = std::fs::read(fixtures.join("cpp").join(file)).expect("image");
+    let mut cmd = Command::new(BIN);
+    cmd.arg("--db").arg(&db).args([
+        "import-sketch",
+        "--tag",
+        "chain:b",
+        "--at",
+        "2026-12-01",
+        "-",
+    ]);
+    let text = sketchdb::sketch::datasketches::base64(&image);
+    let out = output_with_stdin(cmd, text.as_bytes());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let both = distinct(&db, "DISTINCT wallets ON chain:a AND chain:b");
+    assert_eq!(both["value"].as_f64(), Some(1_000.0), "{both}");
+    assert_eq!(both["exact"], true, "{both}");
+}
