@@ -30,8 +30,8 @@
 //! merging one feeds them in as updates (as DataSketches' union takes list and set modes), in
 //! an order unrelated to their registers, and HIP stays valid: a union of eight buckets of 375
 //! items answered with 0.40% RMS instead of the registers' 0.58%. The accumulator and its
-//! variance estimate are stored with the sketch
-//! (layout 2). Ours equals DataSketches' for the same items but for its seed (see the tests).
+//! variance estimate are stored with the sketch (layout 2). Ours equals DataSketches' for the
+//! same items but for its seed (see the tests).
 
 use super::bounds::normal_interval;
 use super::{Estimate, ItemSketch, Sketch, SketchError, SketchKind};
@@ -1397,9 +1397,10 @@ mod tests {
         eprintln!("HIP against DataSketches': largest difference {worst:.6} items");
     }
 
-    /// HIP survives storage and further updates; a merge of non-empty sketches turns it off, a
-    /// merge with an empty one (either way round) does not; a blob of layout 1 (no HIP) is read, answering from its
-    /// registers.
+    /// HIP survives storage and further updates; merging a sparse sketch's coupons keeps it
+    /// (they are updates), merging a dense sketch's registers turns it off, a merge with an
+    /// empty one (either way round) keeps it; a blob of layout 1 (no HIP) is read, answering
+    /// from its registers.
     #[test]
     fn hip_is_stored_and_merged_registers_turn_it_off() {
         let h = sketch_of(14, 6, 0..50_000);
