@@ -367,6 +367,7 @@ impl Store {
             tags: std::sync::Arc::new(tags),
             next_seq: 0,
             sealed: Vec::new(),
+            finisher: None,
             unindexed: Vec::new(),
             open_block: log::BlockBuilder::new(0),
             sets: Default::default(),
@@ -1350,8 +1351,9 @@ mod tests {
         let store = Store::create(&dir, config()).expect("create");
         store.ingest_batch(&events(0, 100)).expect("ingest");
         store.checkpoint().expect("checkpoint");
-        // A full block written early, its index entry due with the next flush.
-        let n = crate::store::log::BLOCK_EVENTS as u64 + 5;
+        // A full block written early (when the next one filled), its index entry due with the
+        // next flush.
+        let n = 2 * crate::store::log::BLOCK_EVENTS as u64 + 5;
         store.ingest_batch(&events(100, n)).expect("ingest");
         let (l, i) = block_keys(&store);
         assert_eq!(l.len(), i.len() + 1, "one block waits for its index entry");

@@ -21,6 +21,8 @@
 use super::model::Event;
 use crate::codec::{self, CodecError};
 use crate::sketch::wallet;
+use std::sync::mpsc::{Receiver, Sender, SyncSender};
+use std::sync::Arc;
 
 /// Events per block: large enough that a block's header and frame cost well under a byte per
 /// event, small enough that decoding one block for a narrow scan stays cheap. A flush writes
@@ -281,6 +283,29 @@ impl BlockBuilder {
         self.next_index = 0;
     }
 
+    /// Moves the events so far out into a sealed builder of their own (no dictionary) and
+    /// empties this one for the block after them, keeping its dictionary (see [`reset`]).
+    ///
+    /// [`reset`]: BlockBuilder::reset
+    pub fn take_sealed(&mut self) -> BlockBuilder {
+        let capacity = self.body.capacity();
+        let body = std::mem::replace(&mut self.body, Vec::with_capacity(capacity));
+        let sealed = BlockBuilder {
+            first_seq: self.first_seq,
+            count: self.count,
+            min_time: self.min_time,
+            max_time: self.max_time,
+            prev_time: self.prev_time,
+            body,
+            dictionary: Vec::new(),
+            generation: self.generation,
+            next_index: self.next_index,
+        };
+        let next = self.next_seq();
+        self.reset(next);
+        sealed
+    }
+
     /// Whether the block should be sealed: [`BLOCK_EVENTS`] events or [`BLOCK_BYTES`] bytes.
     pub fn is_full(&self) -> bool {
         self.count as usize >= BLOCK_EVENTS || self.body.len() >= BLOCK_BYTES
@@ -409,6 +434,76 @@ impl BlockBuilder {
             codec::frame_versioned(BLOCK_KIND, BLOCK_VERSION, &[&info.header(), &body])?,
             info,
         ))
+    }
+}
+
+/// A framed block and its summary, as [`BlockBuilder::finish`] makes them.
+pub type Framed = Result<(Vec<u8>, BlockInfo), CodecError>;
+
+/// A sealed block on its way to the files: its events, and the framed block being made from
+/// them on the [`Finisher`]'s thread (if one took it).
+pub struct SealedBlock {
+    block: Arc<BlockBuilder>,
+    framed: Option<Receiver<Framed>>,
+}
+
+impl SealedBlock {
+    /// A block to be framed when it is written, on the writer's thread.
+    pub fn new(mut block: BlockBuilder) -> Self {
+        block.seal();
+        SealedBlock {
+            block: Arc::new(block),
+            framed: None,
+        }
+    }
+
+    pub fn block(&self) -> &BlockBuilder {
+        &self.block
+    }
+
+    /// The framed block: the finisher's, waiting for it if need be, or made here if no
+    /// finisher took the block or its thread is gone. Taken once; a second call frames anew.
+    pub fn framed(&mut self) -> Framed {
+        match self.framed.take().map(|rx| rx.recv()) {
+            Some(Ok(framed)) => framed,
+            _ => self.block.finish(),
+        }
+    }
+}
+
+/// Frames (compresses) sealed blocks on a thread of its own, so that a long ingest's store
+/// thread does not spend a third of its time in zstd: on two cores the parser and the store
+/// thread each keep one busy, and compression fills what the parser leaves. The blocks are still
+/// written, in order, by the store thread; only the pure work of framing moves.
+pub struct Finisher {
+    jobs: Sender<(Arc<BlockBuilder>, SyncSender<Framed>)>,
+}
+
+impl Finisher {
+    /// Starts the thread; `None` if the system refuses one (blocks are then framed in place).
+    /// The thread ends when the finisher is dropped.
+    pub fn start() -> Option<Finisher> {
+        let (jobs, rx) = std::sync::mpsc::channel::<(Arc<BlockBuilder>, SyncSender<Framed>)>();
+        std::thread::Builder::new()
+            .name("sketchdb-log".into())
+            .spawn(move || {
+                for (block, done) in rx {
+                    // The taker may have given up (an import rolled back): nothing to tell.
+                    let _ = done.send(block.finish());
+                }
+            })
+            .ok()?;
+        Some(Finisher { jobs })
+    }
+
+    /// Seals `block` and starts framing it; framed in place later if the thread is gone.
+    pub fn submit(&self, block: BlockBuilder) -> SealedBlock {
+        let mut sealed = SealedBlock::new(block);
+        let (done, framed) = std::sync::mpsc::sync_channel(1);
+        if self.jobs.send((Arc::clone(&sealed.block), done)).is_ok() {
+            sealed.framed = Some(framed);
+        }
+        sealed
     }
 }
 
@@ -676,6 +771,34 @@ mod tests {
         }
         let idx = BlockInfo::decode(&info.encode().expect("encode")).expect("decode");
         assert_eq!(idx, info);
+    }
+
+    #[test]
+    fn a_block_taken_out_and_framed_on_the_finisher_is_the_block_framed_in_place() {
+        let (events, tags) = sample_events();
+        let (in_place, _) = encode_block(500, &events, &tags).expect("encode");
+        let mut builder = BlockBuilder::new(500);
+        let mut framed = Vec::new();
+        let finisher = Finisher::start().expect("a thread");
+        for (i, (e, t)) in events.iter().zip(&tags).enumerate() {
+            let fingerprint = crate::hash::murmur(e.item.as_bytes())[0];
+            builder.push(e.time, &e.item, fingerprint, t, &e.extra);
+            if i == 599 {
+                framed.push(finisher.submit(builder.take_sealed()));
+            }
+        }
+        // The builder goes on where the taken block ended, with its dictionary reset.
+        assert_eq!((builder.first_seq, builder.len()), (1_100, 400));
+        framed.push(SealedBlock::new(builder.take_sealed()));
+        let mut back = Vec::new();
+        for sealed in &mut framed {
+            back.extend(decoded(&sealed.framed().expect("framed").0).1);
+        }
+        assert_eq!(back, decoded(&in_place).1);
+        // The finisher's result is taken once; asked again (a retried write), the block is
+        // framed in place, to the same bytes.
+        let again = framed[0].framed().expect("framed again").0;
+        assert_eq!(decoded(&again).1, back[..600]);
     }
 
     #[test]

@@ -392,11 +392,12 @@ impl Store {
                 if value.is_empty() {
                     return Err(bad(format!("tag '{field}' has an empty value")));
                 }
-                if e.tags
+            }
+            // Each pair compared once (this runs for every event of every ingest).
+            for (i, (field, value)) in e.tags.iter().enumerate() {
+                if e.tags[i + 1..]
                     .iter()
-                    .filter(|(f, v)| f == field && v == value)
-                    .count()
-                    > 1
+                    .any(|(f, v)| f == field && v == value)
                 {
                     return Err(bad(format!("tag {field}:{value} appears twice")));
                 }

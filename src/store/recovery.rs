@@ -202,6 +202,7 @@ impl Store {
             tags: Arc::new(tags),
             next_seq,
             sealed: Vec::new(),
+            finisher: None,
             unindexed: Vec::new(),
             open_block: log::BlockBuilder::new(next_seq),
             sets: FxHashMap::default(),

@@ -84,7 +84,8 @@ impl Store {
     /// shared, the unwritten log blocks copied.
     pub(super) fn view_of(st: &State) -> View {
         let mut pending = Vec::with_capacity(st.sealed.len() + 1);
-        for block in st.sealed.iter().chain(Some(&st.open_block)) {
+        let sealed = st.sealed.iter().map(log::SealedBlock::block);
+        for block in sealed.chain(Some(&st.open_block)) {
             if !block.is_empty() {
                 let (info, body) = block.pending();
                 pending.push((info, Arc::new(body)));

@@ -94,18 +94,20 @@ impl State {
     /// Moves the open block to the sealed ones (infallible: encoding waits for the write).
     pub(super) fn seal_block(&mut self) {
         let next = log::BlockBuilder::new(self.next_seq);
-        let mut full = std::mem::replace(&mut self.open_block, next);
-        full.seal();
-        self.sealed.push(full);
+        let full = std::mem::replace(&mut self.open_block, next);
+        self.sealed.push(log::SealedBlock::new(full));
     }
 }
 pub(crate) struct State {
     /// Shared with the published snapshot (copy on write, like the sets).
     pub(crate) tags: Arc<TagDict>,
     pub(super) next_seq: u64,
-    /// Events ingested but not yet in the log: full blocks whose early write failed (the next
-    /// flush retries them), and the block being filled.
-    pub(super) sealed: Vec<log::BlockBuilder>,
+    /// Events ingested but not yet in the log: full blocks being framed on the finisher's
+    /// thread or whose early write failed (the next flush retries them), in order, and the
+    /// block being filled.
+    pub(super) sealed: Vec<log::SealedBlock>,
+    /// Frames full blocks on a thread of its own; started by the first full block.
+    pub(super) finisher: Option<log::Finisher>,
     /// Full blocks already written under their `L` keys whose `I` entries wait for the next
     /// flush or checkpoint batch. Until then they are not part of the log (nothing reads an `L`
     /// key without its `I` entry), and a rollback or the next open removes them.
