@@ -18,16 +18,7 @@ pub fn parse_line(
     map: &Mapping,
     event: &mut Event,
 ) -> Result<bool, BadLine> {
-    let mut ctx = Ctx {
-        map,
-        field: None,
-        problem: None,
-        time: None,
-        item: None,
-        tags: 0,
-        event,
-    };
-    ctx.event.extra.clear();
+    let mut ctx = Ctx::new(map, event);
     // One check of the whole line, then serde_json's `&str` reader, which trusts it: reading
     // from bytes checked each string and raw value on its own (7% of the parser's time on
     // chain events, whose lines carry a dozen fields).
@@ -110,11 +101,110 @@ struct Ctx<'a> {
     event: &'a mut Event,
 }
 
-impl Ctx<'_> {
+impl<'a> Ctx<'a> {
+    fn new(map: &'a Mapping, event: &'a mut Event) -> Self {
+        event.extra.clear();
+        Ctx {
+            map,
+            field: None,
+            problem: None,
+            time: None,
+            item: None,
+            tags: 0,
+            event,
+        }
+    }
+
     fn fail<E: de::Error>(&mut self, field: &str, problem: String) -> E {
         self.field = Some(field.to_string());
         self.problem = Some(problem.clone());
         E::custom(problem)
+    }
+
+    /// One field of the line: its key (borrowed when it was written without escapes) and its
+    /// value's JSON text as written.
+    fn read_field<E: de::Error>(&mut self, key: Cow<'_, str>, raw: &str) -> Result<(), E> {
+        let map = self.map;
+        // Kept in one buffer for the line: a fresh `String` per field was a malloc and a free
+        // for each of a chain event's dozen fields.
+        let field = self.field.get_or_insert_with(String::new);
+        field.clear();
+        field.push_str(&key);
+        if *key == *map.time {
+            if self.time.is_some() {
+                return Err(self.fail(&key, "appears twice".into()));
+            }
+            let absolute = |millis| time::Stamp {
+                millis,
+                zoned: false,
+            };
+            let parsed = match TimeValue::of(raw)? {
+                TimeValue::Int(i) => time::from_integer(i, map.unit).map(absolute),
+                TimeValue::Float(x) => time::from_number(x, map.unit).map(absolute),
+                TimeValue::Text(s) => time::from_text_in(&s, map.unit, map.zone),
+            };
+            match parsed {
+                Ok(ms) => self.time = Some(ms),
+                Err(reason) => return Err(self.fail(&key, reason)),
+            }
+        } else if *key == *map.item {
+            if self.item.is_some() {
+                return Err(self.fail(&key, "appears twice".into()));
+            }
+            match Scalar::of(raw)?.text() {
+                Ok(Some(s)) => {
+                    self.event.item.clear();
+                    self.event.item.push_str(&s);
+                    self.item = Some(!s.is_empty());
+                }
+                Ok(None) => self.item = Some(false),
+                Err(kind) => {
+                    return Err(self.fail(
+                        &key,
+                        format!("is {kind}; the item must be a string or a number"),
+                    ))
+                }
+            }
+        } else if let Some((store_field, _)) = map.tags.iter().find(|(_, source)| **source == *key)
+        {
+            match Scalar::of(raw)?.text() {
+                // An empty or null tag is no tag: the event still counts in the whole stream.
+                Ok(Some(s)) if !s.is_empty() => {
+                    let set = &self.event.tags[..self.tags.min(self.event.tags.len())];
+                    if set.iter().any(|(f, _)| f == store_field) {
+                        return Err(self.fail(&key, "appears twice".into()));
+                    }
+                    super::set_tag(&mut self.event.tags, self.tags, store_field, &s);
+                    self.tags += 1;
+                }
+                Ok(_) => {}
+                Err(kind) => {
+                    return Err(self.fail(
+                        &key,
+                        format!("is {kind}; a tag must be a string or a number"),
+                    ))
+                }
+            }
+        } else {
+            let extra = &mut self.event.extra;
+            extra.push(if extra.is_empty() { '{' } else { ',' });
+            // A key that held escapes is re-encoded; one without is written back as it came
+            // (JSON forbids raw control characters in a string, so it needs none). The value is
+            // kept as written.
+            match &key {
+                Cow::Borrowed(plain) => {
+                    extra.push('"');
+                    extra.push_str(plain);
+                    extra.push('"');
+                }
+                Cow::Owned(unescaped) => {
+                    extra.push_str(&serde_json::to_string(unescaped).map_err(E::custom)?)
+                }
+            }
+            extra.push(':');
+            extra.push_str(raw);
+        }
+        Ok(())
     }
 }
 
@@ -130,92 +220,11 @@ impl<'de> Visitor<'de> for LineVisitor<'_, '_> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<(), A::Error> {
-        let ctx = self.ctx;
-        let map = ctx.map;
         while let Some(Text(key)) = m.next_key::<Text<'de>>()? {
-            // Kept in one buffer for the line: a fresh `String` per field was a malloc and a
-            // free for each of a chain event's dozen fields.
-            let field = ctx.field.get_or_insert_with(String::new);
-            field.clear();
-            field.push_str(&key);
-            if *key == *map.time {
-                if ctx.time.is_some() {
-                    return Err(ctx.fail(&key, "appears twice".into()));
-                }
-                let t = m.next_value::<TimeValue<'de>>()?;
-                let absolute = |millis| time::Stamp {
-                    millis,
-                    zoned: false,
-                };
-                let parsed = match t {
-                    TimeValue::Int(i) => time::from_integer(i, map.unit).map(absolute),
-                    TimeValue::Float(x) => time::from_number(x, map.unit).map(absolute),
-                    TimeValue::Text(s) => time::from_text_in(&s, map.unit, map.zone),
-                };
-                match parsed {
-                    Ok(ms) => ctx.time = Some(ms),
-                    Err(reason) => return Err(ctx.fail(&key, reason)),
-                }
-            } else if *key == *map.item {
-                if ctx.item.is_some() {
-                    return Err(ctx.fail(&key, "appears twice".into()));
-                }
-                match m.next_value::<Scalar<'de>>()?.text() {
-                    Ok(Some(s)) => {
-                        ctx.event.item.clear();
-                        ctx.event.item.push_str(&s);
-                        ctx.item = Some(!s.is_empty());
-                    }
-                    Ok(None) => ctx.item = Some(false),
-                    Err(kind) => {
-                        return Err(ctx.fail(
-                            &key,
-                            format!("is {kind}; the item must be a string or a number"),
-                        ))
-                    }
-                }
-            } else if let Some((store_field, _)) =
-                map.tags.iter().find(|(_, source)| **source == *key)
-            {
-                match m.next_value::<Scalar<'de>>()?.text() {
-                    // An empty or null tag is no tag: the event still counts in the whole stream.
-                    Ok(Some(s)) if !s.is_empty() => {
-                        let set = &ctx.event.tags[..ctx.tags.min(ctx.event.tags.len())];
-                        if set.iter().any(|(f, _)| f == store_field) {
-                            return Err(ctx.fail(&key, "appears twice".into()));
-                        }
-                        super::set_tag(&mut ctx.event.tags, ctx.tags, store_field, &s);
-                        ctx.tags += 1;
-                    }
-                    Ok(_) => {}
-                    Err(kind) => {
-                        return Err(ctx.fail(
-                            &key,
-                            format!("is {kind}; a tag must be a string or a number"),
-                        ))
-                    }
-                }
-            } else {
-                let raw = m.next_value::<&'de RawValue>()?;
-                let extra = &mut ctx.event.extra;
-                extra.push(if extra.is_empty() { '{' } else { ',' });
-                // A key that held escapes is re-encoded; one without is written back as it
-                // came (JSON forbids raw control characters in a string, so it needs none).
-                // The value is kept as written.
-                match &key {
-                    Cow::Borrowed(plain) => {
-                        extra.push('"');
-                        extra.push_str(plain);
-                        extra.push('"');
-                    }
-                    Cow::Owned(unescaped) => extra
-                        .push_str(&serde_json::to_string(unescaped).map_err(de::Error::custom)?),
-                }
-                extra.push(':');
-                extra.push_str(raw.get());
-            }
+            let raw = m.next_value::<&'de RawValue>()?;
+            self.ctx.read_field(key, raw.get())?;
         }
-        ctx.field = None;
+        self.ctx.field = None;
         Ok(())
     }
 }
@@ -244,23 +253,24 @@ impl<'de> de::Deserialize<'de> for Text<'de> {
 
 /// A value as written on the line, told apart by its first character. Numbers keep their exact
 /// text: a 30-digit wallet id stays itself instead of passing through `f64` (which would merge
-/// ids that differ past the 17th digit). Read through [`RawValue`] rather than a visitor's
-/// `visit_u64`/`visit_f64` for that reason; it also behaves the same whether or not some other
-/// crate of the build turns on serde_json's `arbitrary_precision` (which hands numbers to
-/// `deserialize_any` visitors as a private one-entry map).
-enum Scalar<'de> {
-    Text(Cow<'de, str>),
+/// ids that differ past the 17th digit). Read from the value's text (a [`RawValue`] on serde_json's
+/// path) rather than through a visitor's `visit_u64`/`visit_f64` for that reason; it also behaves
+/// the same whether or not some other crate of the build turns on serde_json's
+/// `arbitrary_precision` (which hands numbers to `deserialize_any` visitors as a private
+/// one-entry map).
+enum Scalar<'r> {
+    Text(Cow<'r, str>),
     /// A JSON number, as written.
-    Number(&'de str),
+    Number(&'r str),
     Null,
     Other(&'static str),
 }
 
-impl<'de> de::Deserialize<'de> for Scalar<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let raw = <&'de RawValue>::deserialize(d)?.get();
+impl<'r> Scalar<'r> {
+    /// A value's JSON text, already checked by the reader.
+    fn of<E: de::Error>(raw: &'r str) -> Result<Self, E> {
         Ok(match raw.as_bytes().first() {
-            Some(b'"') => Scalar::Text(unquote(raw).map_err(de::Error::custom)?),
+            Some(b'"') => Scalar::Text(unquote(raw).map_err(E::custom)?),
             Some(b'-' | b'0'..=b'9') => Scalar::Number(raw),
             Some(b'n') => Scalar::Null,
             Some(b't' | b'f') => Scalar::Other("a boolean"),
@@ -269,11 +279,9 @@ impl<'de> de::Deserialize<'de> for Scalar<'de> {
             _ => Scalar::Other("not a JSON value"),
         })
     }
-}
 
-impl<'de> Scalar<'de> {
     /// The text of a string or a number; `None` for null.
-    fn text(self) -> Result<Option<Cow<'de, str>>, &'static str> {
+    fn text(self) -> Result<Option<Cow<'r, str>>, &'static str> {
         match self {
             Scalar::Text(s) => Ok(Some(s)),
             Scalar::Number(n) => Ok(Some(Cow::Borrowed(n))),
@@ -283,7 +291,7 @@ impl<'de> Scalar<'de> {
     }
 }
 
-/// The contents of a JSON string literal (already checked by serde_json): borrowed when it has
+/// The contents of a JSON string literal (already checked by the line's reader): borrowed when it has
 /// no escapes, unescaped otherwise.
 fn unquote(raw: &str) -> Result<Cow<'_, str>, serde_json::Error> {
     let inner = &raw[1..raw.len() - 1];
@@ -295,20 +303,21 @@ fn unquote(raw: &str) -> Result<Cow<'_, str>, serde_json::Error> {
 }
 
 /// A time value as written: integer, fractional number or text.
-enum TimeValue<'de> {
+enum TimeValue<'r> {
     Int(i64),
     Float(f64),
-    Text(Cow<'de, str>),
+    Text(Cow<'r, str>),
 }
 
-impl<'de> de::Deserialize<'de> for TimeValue<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let expected = || de::Error::custom(time::EXPECTED);
-        match Scalar::deserialize(d)? {
+impl<'r> TimeValue<'r> {
+    /// A value's JSON text, already checked by the reader.
+    fn of<E: de::Error>(raw: &'r str) -> Result<Self, E> {
+        let expected = || E::custom(time::EXPECTED);
+        match Scalar::of(raw)? {
             Scalar::Text(s) => Ok(TimeValue::Text(s)),
             Scalar::Number(n) if !n.contains(['.', 'e', 'E']) => match n.parse::<i64>() {
                 Ok(i) => Ok(TimeValue::Int(i)),
-                Err(_) => Err(de::Error::custom(format!(
+                Err(_) => Err(E::custom(format!(
                     "{} is out of range for a time",
                     time::shorten(n)
                 ))),
