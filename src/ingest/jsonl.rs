@@ -516,4 +516,295 @@ mod tests {
             assert!(e.reason.contains(reason), "{line}: {e}");
         }
     }
+
+    /// A line read by both readers (the flat one first, as ingest does, and serde_json alone)
+    /// from the same recycled event, so a decline part-way must leave no trace of the fields
+    /// read before it.
+    fn both_ways(line: &str) -> [Result<(bool, Event), BadLine>; 2] {
+        let map = Mapping {
+            tags: vec![
+                ("chain".into(), "chain".into()),
+                ("kind".into(), "kind".into()),
+            ],
+            ..map()
+        };
+        [true, false].map(|flat| {
+            let mut e = Event::new(5, "old", &[("kind", "old"), ("chain", "old")]);
+            e.extra.push_str(r#"{"old":1}"#);
+            read_line(line.as_bytes(), 7, &map, &mut e, flat).map(|zoned| (zoned, e))
+        })
+    }
+
+    /// The keys and value texts serde_json reads from a line, as the visitor sees them.
+    fn serde_fields(line: &str) -> Result<Vec<(String, String)>, serde_json::Error> {
+        struct Fields;
+        impl<'de> Visitor<'de> for Fields {
+            type Value = Vec<(String, String)>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
+                let mut fields = Vec::new();
+                while let Some(Text(key)) = m.next_key::<Text<'de>>()? {
+                    let raw = m.next_value::<&'de RawValue>()?;
+                    fields.push((key.into_owned(), raw.get().to_string()));
+                }
+                Ok(fields)
+            }
+        }
+        let mut de = serde_json::Deserializer::from_str(line);
+        let fields = de.deserialize_map(Fields)?;
+        de.end()?;
+        Ok(fields)
+    }
+
+    /// Whatever the flat reader takes, serde_json takes too and splits into the same fields,
+    /// and the event or error is the same either way.
+    fn check_readers_agree(line: &str) -> Result<(), proptest::test_runner::TestCaseError> {
+        use proptest::prelude::*;
+        if let Ok(fields) = flat::fields(line).collect::<Result<Vec<_>, _>>() {
+            if let Err(e) = serde_json::from_str::<serde_json::Value>(line) {
+                // A `Value` holds a number as an `f64`, so it refuses 1e400; the raw text that
+                // ingest keeps is valid JSON all the same.
+                prop_assert!(
+                    e.to_string().starts_with("number out of range"),
+                    "{line:?}: {e}"
+                );
+            }
+            let fields: Vec<_> = fields
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            prop_assert_eq!(serde_fields(line).ok(), Some(fields), "{:?}", line);
+        }
+        let [flat, serde] = both_ways(line);
+        prop_assert_eq!(flat, serde, "{:?}", line);
+        Ok(())
+    }
+
+    mod readers_agree {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn space() -> impl Strategy<Value = String> {
+            prop_oneof![8 => Just(String::new()), 2 => "[ \t\r\n]{1,3}"]
+        }
+
+        /// Text for inside a string, unicode included, without what the flat reader declines.
+        fn plain_text(max: usize) -> impl Strategy<Value = String> {
+            let regex = |r: String| proptest::string::string_regex(&r).expect("a valid regex");
+            prop_oneof![
+                regex(format!("[a-z_]{{0,{max}}}")),
+                regex(format!("\\PC{{0,{max}}}")).prop_map(|s| s.replace(['"', '\\'], "")),
+            ]
+        }
+
+        fn key() -> impl Strategy<Value = String> {
+            prop_oneof![
+                1 => prop::sample::select(vec!["time", "wallet", "chain", "kind"])
+                    .prop_map(String::from),
+                8 => plain_text(8),
+            ]
+        }
+
+        /// The inside of a string with escapes (now and then a lone surrogate, which serde_json
+        /// refuses to decode).
+        fn escaped_text() -> impl Strategy<Value = String> {
+            "([a-zé]|\\\\[\"\\\\/bfnrt]|\\\\u00[0-9a-fA-F]{2}|\\\\u[1-9a-c][0-9a-f]{3}|\\\\ud83d\\\\ude00|\\\\ud800){1,5}"
+        }
+
+        /// Valid JSON values the flat reader declines.
+        fn not_flat_value() -> impl Strategy<Value = String> {
+            prop_oneof![
+                escaped_text().prop_map(|s| format!("\"{s}\"")),
+                "(\\[\\]|\\{\\}|\\[1, *\"a\", *null\\]|\\{\"a\": *\\{\"b\" *: *\\[true\\]\\}\\})",
+            ]
+        }
+
+        fn number() -> impl Strategy<Value = String> {
+            prop_oneof![
+                "-?(0|[1-9][0-9]{0,25})(\\.[0-9]{1,6})?([eE][+-]?[0-9]{1,3})?",
+                any::<i64>().prop_map(|n| n.to_string()),
+                any::<f64>().prop_map(|x| x.to_string()),
+            ]
+        }
+
+        fn time_value() -> impl Strategy<Value = String> {
+            prop_oneof![
+                (-1_000_000_000_000i64..4_000_000_000_000).prop_map(|n| n.to_string()),
+                "\"20[0-9]{2}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9])[T ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?(Z|[+-]0[0-9]:[0-5][0-9])?\"",
+                "-?(0|[1-9][0-9]{0,9})\\.[0-9]{1,3}",
+                number(),
+            ]
+        }
+
+        fn scalar() -> impl Strategy<Value = String> {
+            prop_oneof![
+                3 => plain_text(12).prop_map(|s| format!("\"{s}\"")),
+                1 => "\"0x[0-9a-f]{40}\"",
+                3 => number(),
+                1 => time_value(),
+                1 => prop::sample::select(vec!["true", "false", "null"]).prop_map(String::from),
+            ]
+        }
+
+        /// A flat object of scalars as ingest sees most lines, with JSON's whitespace anywhere;
+        /// if `rich`, now and then with a value or key the flat reader declines.
+        fn json_line(rich: bool) -> impl Strategy<Value = String> {
+            let item = prop_oneof![
+                3 => plain_text(12).prop_map(|s| format!("\"{s}\"")),
+                1 => number(),
+                1 => scalar(),
+            ];
+            let (mut key, mut value, mut time, mut item) = (
+                key().boxed(),
+                scalar().boxed(),
+                time_value().boxed(),
+                item.boxed(),
+            );
+            if rich {
+                let escaped = || escaped_text().prop_map(|s| format!("\"{s}\""));
+                key = prop_oneof![8 => key, 1 => escaped_text()].boxed();
+                value = prop_oneof![8 => value, 1 => not_flat_value()].boxed();
+                time = prop_oneof![
+                    8 => time,
+                    1 => Just(r#""2026\u002d11-01T00:00:00\u005a""#.to_string()),
+                ]
+                .boxed();
+                item = prop_oneof![8 => item, 1 => escaped()].boxed();
+            }
+            let field = (key, value, space(), space(), space(), space());
+            (
+                prop::option::weighted(0.9, time),
+                prop::option::weighted(0.9, item),
+                prop::collection::vec(field, 0..8),
+                space(),
+                space(),
+                space(),
+            )
+                .prop_flat_map(|(time, item, rest, s1, s2, s3)| {
+                    let mut fields: Vec<_> = rest
+                        .into_iter()
+                        .map(|(k, v, a, b, c, d)| format!("{a}\"{k}\"{b}:{c}{v}{d}"))
+                        .collect();
+                    fields.extend(time.map(|t| format!("\"time\":{t}")));
+                    fields.extend(item.map(|i| format!("\"wallet\":{i}")));
+                    Just(fields)
+                        .prop_shuffle()
+                        .prop_map(move |f| format!("{s1}{{{s2}{}}}{s3}", f.join(",")))
+                })
+        }
+
+        fn flat_line() -> impl Strategy<Value = String> {
+            json_line(false)
+        }
+
+        /// Almost the flat shape: each piece sometimes broken, escaped or nested.
+        fn near_flat_line() -> impl Strategy<Value = String> {
+            let key = prop_oneof![
+                8 => key().prop_map(|k| format!("\"{k}\"")),
+                1 => "\"([a-z]|\\\\[\"\\\\/bfnrtu]|\\\\u[0-9a-fA-F]{0,4}|[\\x00-\\x1f]){0,4}\"",
+                1 => "[a-z'\"]{0,3}",
+            ];
+            let value = prop_oneof![
+                8 => scalar(),
+                2 => "[+-]?[0-9]{0,3}(\\.[0-9]{0,2})?([eE][+-]?[0-9]{0,2})?",
+                1 => "(tru|true|truee|True|fals|false|nul|null|nulll|NaN|Infinity|undefined)",
+                1 => "\"([a-z]|\\\\[\"\\\\/bfnrtu]|\\\\u[0-9a-fA-F]{0,4}|\\\\u[dD][89abAB][0-9a-f]{2}|[\\x00-\\x1f])*\"",
+                1 => "(\\{\\}|\\[\\]|\\[1, *\"a\"\\]|\\{\"a\": *1\\}|'a'|\"a)",
+            ];
+            let colon =
+                prop_oneof![16 => Just(":"), 1 => Just(""), 1 => Just("::"), 1 => Just(" : ")];
+            let comma =
+                prop_oneof![16 => Just(","), 1 => Just(""), 1 => Just(",,"), 1 => Just(" , ")];
+            let field = (key, colon, value, comma);
+            (
+                prop::collection::vec(field, 0..6),
+                prop_oneof![8 => Just("{"), 1 => Just(""), 1 => Just("[")],
+                prop_oneof![8 => Just("}"), 1 => Just(""), 1 => Just(",}"), 1 => Just("]")],
+                prop_oneof![
+                    8 => Just("".to_string()),
+                    1 => "[ \t\r\n]{1,2}",
+                    1 => "[ \u{b}\u{c}\u{a0}\u{feff}x,}{]"
+                ],
+            )
+                .prop_map(|(fields, open, close, after)| {
+                    let mut line = open.to_string();
+                    for (i, (k, colon, v, comma)) in fields.iter().enumerate() {
+                        if i > 0 {
+                            line.push_str(comma);
+                        }
+                        line.push_str(&format!("{k}{colon}{v}"));
+                    }
+                    format!("{line}{close}{after}")
+                })
+        }
+
+        /// A flat line with a few characters inserted, deleted or replaced.
+        fn mutated_line() -> impl Strategy<Value = String> {
+            let c = prop_oneof![
+                3 => prop::sample::select(
+                    "{}[]\",: \t\r\n\\0123456789-+.eEtrufalsn\u{0}\u{1f}\u{7f}\u{a0}é😀"
+                        .chars()
+                        .collect::<Vec<_>>()
+                ),
+                1 => any::<char>(),
+            ];
+            let edit = (any::<prop::sample::Index>(), 0..3u8, c);
+            (flat_line(), prop::collection::vec(edit, 1..4)).prop_map(|(line, edits)| {
+                let mut chars: Vec<char> = line.chars().collect();
+                for (at, how, c) in edits {
+                    let i = at.index(chars.len() + 1);
+                    match how {
+                        0 => chars.insert(i, c),
+                        1 if i < chars.len() => {
+                            chars.remove(i);
+                        }
+                        _ if i < chars.len() => chars[i] = c,
+                        _ => chars.push(c),
+                    }
+                }
+                chars.into_iter().collect()
+            })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(3000))]
+
+            #[test]
+            fn the_flat_reader_takes_flat_lines_and_reads_them_as_serde_json_does(
+                line in flat_line()
+            ) {
+                prop_assert!(
+                    flat::fields(&line).all(|f| f.is_ok()),
+                    "declined {:?}", line
+                );
+                check_readers_agree(&line)?;
+            }
+
+            #[test]
+            fn lines_with_escapes_and_nested_values_are_read_alike_by_both_readers(
+                line in json_line(true)
+            ) {
+                check_readers_agree(&line)?;
+            }
+
+            #[test]
+            fn lines_nearly_flat_are_read_alike_by_both_readers(line in near_flat_line()) {
+                check_readers_agree(&line)?;
+            }
+
+            #[test]
+            fn mutated_lines_are_read_alike_by_both_readers(line in mutated_line()) {
+                check_readers_agree(&line)?;
+            }
+
+            #[test]
+            fn any_text_is_read_alike_by_both_readers(
+                line in prop_oneof!["\\PC{0,40}", "[{}\\[\\]\",:0-9a-z .eE+\\-\\\\ \t]{0,40}"]
+            ) {
+                check_readers_agree(&line)?;
+            }
+        }
+    }
 }
