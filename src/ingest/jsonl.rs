@@ -1,6 +1,15 @@
-//! One JSON object per line to an [`Event`], read in a single pass with borrowed strings: the
-//! mapped fields become the time, item and tags; every other field is kept verbatim as the
-//! event's `extra` JSON.
+//! One JSON object per line to an [`Event`], read with borrowed strings: the mapped fields
+//! become the time, item and tags; every other field is kept verbatim as the event's `extra`
+//! JSON.
+//!
+//! Two readers split a line into keys and value texts, and the same `Ctx::read_field` makes
+//! the event of either's fields. The parser thread is one of the two that bound ingest speed,
+//! so the `flat` reader takes the line nearly every input is made of, a flat object of scalars
+//! without escapes, in two thirds of serde_json's time. It declines any other line, and any
+//! line with something wrong in it, and serde_json reads that one from the start: the rest of
+//! JSON and every error message stay serde_json's alone.
+
+mod flat;
 
 use super::time;
 use super::{BadLine, Mapping};
@@ -18,17 +27,19 @@ pub fn parse_line(
     map: &Mapping,
     event: &mut Event,
 ) -> Result<bool, BadLine> {
-    let mut ctx = Ctx {
-        map,
-        field: None,
-        problem: None,
-        time: None,
-        item: None,
-        tags: 0,
-        event,
-    };
-    ctx.event.extra.clear();
-    // One check of the whole line, then serde_json's `&str` reader, which trusts it: reading
+    read_line(line, number, map, event, true)
+}
+
+/// [`parse_line`], through the flat reader first if `flat`, else through serde_json alone.
+fn read_line(
+    line: &[u8],
+    number: u64,
+    map: &Mapping,
+    event: &mut Event,
+    flat: bool,
+) -> Result<bool, BadLine> {
+    let mut ctx = Ctx::new(map, event);
+    // One check of the whole line, then readers of `&str`, which trust it: serde_json reading
     // from bytes checked each string and raw value on its own (7% of the parser's time on
     // chain events, whose lines carry a dozen fields).
     let text = match std::str::from_utf8(line) {
@@ -45,10 +56,17 @@ pub fn parse_line(
             })
         }
     };
-    let mut de = serde_json::Deserializer::from_str(text);
-    let parsed = de
-        .deserialize_map(LineVisitor { ctx: &mut ctx })
-        .and_then(|()| de.end());
+    let parsed = if flat && read_flat(text, &mut ctx) {
+        Ok(())
+    } else {
+        // What the flat reader took before it declined is dropped, and serde_json reads the
+        // line afresh: it alone words what is wrong with a line, so every error reads the same
+        // whichever reader met the line first.
+        ctx = Ctx::new(map, ctx.event);
+        let mut de = serde_json::Deserializer::from_str(text);
+        de.deserialize_map(LineVisitor { ctx: &mut ctx })
+            .and_then(|()| de.end())
+    };
     let tags = ctx.tags;
     ctx.event.tags.truncate(tags);
     if let Err(e) = parsed {
@@ -85,6 +103,24 @@ pub fn parse_line(
     Ok(time.zoned)
 }
 
+/// Reads the line's fields through [`flat`]; false if it declined the line or a field was
+/// refused (serde_json then reads the line again and words the error).
+fn read_flat(text: &str, ctx: &mut Ctx) -> bool {
+    for pair in flat::fields(text) {
+        let Ok((key, raw)) = pair else {
+            return false;
+        };
+        if ctx
+            .read_field::<serde_json::Error>(Cow::Borrowed(key), raw)
+            .is_err()
+        {
+            return false;
+        }
+    }
+    ctx.field = None;
+    true
+}
+
 /// serde_json's message with the position as a column (every line is its own document, so
 /// "line 1" would mislead).
 fn describe(e: &serde_json::Error) -> String {
@@ -110,11 +146,110 @@ struct Ctx<'a> {
     event: &'a mut Event,
 }
 
-impl Ctx<'_> {
+impl<'a> Ctx<'a> {
+    fn new(map: &'a Mapping, event: &'a mut Event) -> Self {
+        event.extra.clear();
+        Ctx {
+            map,
+            field: None,
+            problem: None,
+            time: None,
+            item: None,
+            tags: 0,
+            event,
+        }
+    }
+
     fn fail<E: de::Error>(&mut self, field: &str, problem: String) -> E {
         self.field = Some(field.to_string());
         self.problem = Some(problem.clone());
         E::custom(problem)
+    }
+
+    /// One field of the line: its key (borrowed when it was written without escapes) and its
+    /// value's JSON text as written.
+    fn read_field<E: de::Error>(&mut self, key: Cow<'_, str>, raw: &str) -> Result<(), E> {
+        let map = self.map;
+        // Kept in one buffer for the line: a fresh `String` per field was a malloc and a free
+        // for each of a chain event's dozen fields.
+        let field = self.field.get_or_insert_with(String::new);
+        field.clear();
+        field.push_str(&key);
+        if *key == *map.time {
+            if self.time.is_some() {
+                return Err(self.fail(&key, "appears twice".into()));
+            }
+            let absolute = |millis| time::Stamp {
+                millis,
+                zoned: false,
+            };
+            let parsed = match TimeValue::of(raw)? {
+                TimeValue::Int(i) => time::from_integer(i, map.unit).map(absolute),
+                TimeValue::Float(x) => time::from_number(x, map.unit).map(absolute),
+                TimeValue::Text(s) => time::from_text_in(&s, map.unit, map.zone),
+            };
+            match parsed {
+                Ok(ms) => self.time = Some(ms),
+                Err(reason) => return Err(self.fail(&key, reason)),
+            }
+        } else if *key == *map.item {
+            if self.item.is_some() {
+                return Err(self.fail(&key, "appears twice".into()));
+            }
+            match Scalar::of(raw)?.text() {
+                Ok(Some(s)) => {
+                    self.event.item.clear();
+                    self.event.item.push_str(&s);
+                    self.item = Some(!s.is_empty());
+                }
+                Ok(None) => self.item = Some(false),
+                Err(kind) => {
+                    return Err(self.fail(
+                        &key,
+                        format!("is {kind}; the item must be a string or a number"),
+                    ))
+                }
+            }
+        } else if let Some((store_field, _)) = map.tags.iter().find(|(_, source)| **source == *key)
+        {
+            match Scalar::of(raw)?.text() {
+                // An empty or null tag is no tag: the event still counts in the whole stream.
+                Ok(Some(s)) if !s.is_empty() => {
+                    let set = &self.event.tags[..self.tags.min(self.event.tags.len())];
+                    if set.iter().any(|(f, _)| f == store_field) {
+                        return Err(self.fail(&key, "appears twice".into()));
+                    }
+                    super::set_tag(&mut self.event.tags, self.tags, store_field, &s);
+                    self.tags += 1;
+                }
+                Ok(_) => {}
+                Err(kind) => {
+                    return Err(self.fail(
+                        &key,
+                        format!("is {kind}; a tag must be a string or a number"),
+                    ))
+                }
+            }
+        } else {
+            let extra = &mut self.event.extra;
+            extra.push(if extra.is_empty() { '{' } else { ',' });
+            // A key that held escapes is re-encoded; one without is written back as it came
+            // (JSON forbids raw control characters in a string, so it needs none). The value is
+            // kept as written.
+            match &key {
+                Cow::Borrowed(plain) => {
+                    extra.push('"');
+                    extra.push_str(plain);
+                    extra.push('"');
+                }
+                Cow::Owned(unescaped) => {
+                    extra.push_str(&serde_json::to_string(unescaped).map_err(E::custom)?)
+                }
+            }
+            extra.push(':');
+            extra.push_str(raw);
+        }
+        Ok(())
     }
 }
 
@@ -130,92 +265,11 @@ impl<'de> Visitor<'de> for LineVisitor<'_, '_> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<(), A::Error> {
-        let ctx = self.ctx;
-        let map = ctx.map;
         while let Some(Text(key)) = m.next_key::<Text<'de>>()? {
-            // Kept in one buffer for the line: a fresh `String` per field was a malloc and a
-            // free for each of a chain event's dozen fields.
-            let field = ctx.field.get_or_insert_with(String::new);
-            field.clear();
-            field.push_str(&key);
-            if *key == *map.time {
-                if ctx.time.is_some() {
-                    return Err(ctx.fail(&key, "appears twice".into()));
-                }
-                let t = m.next_value::<TimeValue<'de>>()?;
-                let absolute = |millis| time::Stamp {
-                    millis,
-                    zoned: false,
-                };
-                let parsed = match t {
-                    TimeValue::Int(i) => time::from_integer(i, map.unit).map(absolute),
-                    TimeValue::Float(x) => time::from_number(x, map.unit).map(absolute),
-                    TimeValue::Text(s) => time::from_text_in(&s, map.unit, map.zone),
-                };
-                match parsed {
-                    Ok(ms) => ctx.time = Some(ms),
-                    Err(reason) => return Err(ctx.fail(&key, reason)),
-                }
-            } else if *key == *map.item {
-                if ctx.item.is_some() {
-                    return Err(ctx.fail(&key, "appears twice".into()));
-                }
-                match m.next_value::<Scalar<'de>>()?.text() {
-                    Ok(Some(s)) => {
-                        ctx.event.item.clear();
-                        ctx.event.item.push_str(&s);
-                        ctx.item = Some(!s.is_empty());
-                    }
-                    Ok(None) => ctx.item = Some(false),
-                    Err(kind) => {
-                        return Err(ctx.fail(
-                            &key,
-                            format!("is {kind}; the item must be a string or a number"),
-                        ))
-                    }
-                }
-            } else if let Some((store_field, _)) =
-                map.tags.iter().find(|(_, source)| **source == *key)
-            {
-                match m.next_value::<Scalar<'de>>()?.text() {
-                    // An empty or null tag is no tag: the event still counts in the whole stream.
-                    Ok(Some(s)) if !s.is_empty() => {
-                        let set = &ctx.event.tags[..ctx.tags.min(ctx.event.tags.len())];
-                        if set.iter().any(|(f, _)| f == store_field) {
-                            return Err(ctx.fail(&key, "appears twice".into()));
-                        }
-                        super::set_tag(&mut ctx.event.tags, ctx.tags, store_field, &s);
-                        ctx.tags += 1;
-                    }
-                    Ok(_) => {}
-                    Err(kind) => {
-                        return Err(ctx.fail(
-                            &key,
-                            format!("is {kind}; a tag must be a string or a number"),
-                        ))
-                    }
-                }
-            } else {
-                let raw = m.next_value::<&'de RawValue>()?;
-                let extra = &mut ctx.event.extra;
-                extra.push(if extra.is_empty() { '{' } else { ',' });
-                // A key that held escapes is re-encoded; one without is written back as it
-                // came (JSON forbids raw control characters in a string, so it needs none).
-                // The value is kept as written.
-                match &key {
-                    Cow::Borrowed(plain) => {
-                        extra.push('"');
-                        extra.push_str(plain);
-                        extra.push('"');
-                    }
-                    Cow::Owned(unescaped) => extra
-                        .push_str(&serde_json::to_string(unescaped).map_err(de::Error::custom)?),
-                }
-                extra.push(':');
-                extra.push_str(raw.get());
-            }
+            let raw = m.next_value::<&'de RawValue>()?;
+            self.ctx.read_field(key, raw.get())?;
         }
-        ctx.field = None;
+        self.ctx.field = None;
         Ok(())
     }
 }
@@ -244,23 +298,24 @@ impl<'de> de::Deserialize<'de> for Text<'de> {
 
 /// A value as written on the line, told apart by its first character. Numbers keep their exact
 /// text: a 30-digit wallet id stays itself instead of passing through `f64` (which would merge
-/// ids that differ past the 17th digit). Read through [`RawValue`] rather than a visitor's
-/// `visit_u64`/`visit_f64` for that reason; it also behaves the same whether or not some other
-/// crate of the build turns on serde_json's `arbitrary_precision` (which hands numbers to
-/// `deserialize_any` visitors as a private one-entry map).
-enum Scalar<'de> {
-    Text(Cow<'de, str>),
+/// ids that differ past the 17th digit). Read from the value's text (a [`RawValue`] on serde_json's
+/// path) rather than through a visitor's `visit_u64`/`visit_f64` for that reason; it also behaves
+/// the same whether or not some other crate of the build turns on serde_json's
+/// `arbitrary_precision` (which hands numbers to `deserialize_any` visitors as a private
+/// one-entry map).
+enum Scalar<'r> {
+    Text(Cow<'r, str>),
     /// A JSON number, as written.
-    Number(&'de str),
+    Number(&'r str),
     Null,
     Other(&'static str),
 }
 
-impl<'de> de::Deserialize<'de> for Scalar<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let raw = <&'de RawValue>::deserialize(d)?.get();
+impl<'r> Scalar<'r> {
+    /// A value's JSON text, already checked by the reader.
+    fn of<E: de::Error>(raw: &'r str) -> Result<Self, E> {
         Ok(match raw.as_bytes().first() {
-            Some(b'"') => Scalar::Text(unquote(raw).map_err(de::Error::custom)?),
+            Some(b'"') => Scalar::Text(unquote(raw).map_err(E::custom)?),
             Some(b'-' | b'0'..=b'9') => Scalar::Number(raw),
             Some(b'n') => Scalar::Null,
             Some(b't' | b'f') => Scalar::Other("a boolean"),
@@ -269,11 +324,9 @@ impl<'de> de::Deserialize<'de> for Scalar<'de> {
             _ => Scalar::Other("not a JSON value"),
         })
     }
-}
 
-impl<'de> Scalar<'de> {
     /// The text of a string or a number; `None` for null.
-    fn text(self) -> Result<Option<Cow<'de, str>>, &'static str> {
+    fn text(self) -> Result<Option<Cow<'r, str>>, &'static str> {
         match self {
             Scalar::Text(s) => Ok(Some(s)),
             Scalar::Number(n) => Ok(Some(Cow::Borrowed(n))),
@@ -283,7 +336,7 @@ impl<'de> Scalar<'de> {
     }
 }
 
-/// The contents of a JSON string literal (already checked by serde_json): borrowed when it has
+/// The contents of a JSON string literal (already checked by the line's reader): borrowed when it has
 /// no escapes, unescaped otherwise.
 fn unquote(raw: &str) -> Result<Cow<'_, str>, serde_json::Error> {
     let inner = &raw[1..raw.len() - 1];
@@ -295,20 +348,21 @@ fn unquote(raw: &str) -> Result<Cow<'_, str>, serde_json::Error> {
 }
 
 /// A time value as written: integer, fractional number or text.
-enum TimeValue<'de> {
+enum TimeValue<'r> {
     Int(i64),
     Float(f64),
-    Text(Cow<'de, str>),
+    Text(Cow<'r, str>),
 }
 
-impl<'de> de::Deserialize<'de> for TimeValue<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let expected = || de::Error::custom(time::EXPECTED);
-        match Scalar::deserialize(d)? {
+impl<'r> TimeValue<'r> {
+    /// A value's JSON text, already checked by the reader.
+    fn of<E: de::Error>(raw: &'r str) -> Result<Self, E> {
+        let expected = || E::custom(time::EXPECTED);
+        match Scalar::of(raw)? {
             Scalar::Text(s) => Ok(TimeValue::Text(s)),
             Scalar::Number(n) if !n.contains(['.', 'e', 'E']) => match n.parse::<i64>() {
                 Ok(i) => Ok(TimeValue::Int(i)),
-                Err(_) => Err(de::Error::custom(format!(
+                Err(_) => Err(E::custom(format!(
                     "{} is out of range for a time",
                     time::shorten(n)
                 ))),
@@ -460,6 +514,297 @@ mod tests {
             assert_eq!(e.line, 7, "{line}");
             assert_eq!(e.field.as_deref(), field, "{line}: {e}");
             assert!(e.reason.contains(reason), "{line}: {e}");
+        }
+    }
+
+    /// A line read by both readers (the flat one first, as ingest does, and serde_json alone)
+    /// from the same recycled event, so a decline part-way must leave no trace of the fields
+    /// read before it.
+    fn both_ways(line: &str) -> [Result<(bool, Event), BadLine>; 2] {
+        let map = Mapping {
+            tags: vec![
+                ("chain".into(), "chain".into()),
+                ("kind".into(), "kind".into()),
+            ],
+            ..map()
+        };
+        [true, false].map(|flat| {
+            let mut e = Event::new(5, "old", &[("kind", "old"), ("chain", "old")]);
+            e.extra.push_str(r#"{"old":1}"#);
+            read_line(line.as_bytes(), 7, &map, &mut e, flat).map(|zoned| (zoned, e))
+        })
+    }
+
+    /// The keys and value texts serde_json reads from a line, as the visitor sees them.
+    fn serde_fields(line: &str) -> Result<Vec<(String, String)>, serde_json::Error> {
+        struct Fields;
+        impl<'de> Visitor<'de> for Fields {
+            type Value = Vec<(String, String)>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
+                let mut fields = Vec::new();
+                while let Some(Text(key)) = m.next_key::<Text<'de>>()? {
+                    let raw = m.next_value::<&'de RawValue>()?;
+                    fields.push((key.into_owned(), raw.get().to_string()));
+                }
+                Ok(fields)
+            }
+        }
+        let mut de = serde_json::Deserializer::from_str(line);
+        let fields = de.deserialize_map(Fields)?;
+        de.end()?;
+        Ok(fields)
+    }
+
+    /// Whatever the flat reader takes, serde_json takes too and splits into the same fields,
+    /// and the event or error is the same either way.
+    fn check_readers_agree(line: &str) -> Result<(), proptest::test_runner::TestCaseError> {
+        use proptest::prelude::*;
+        if let Ok(fields) = flat::fields(line).collect::<Result<Vec<_>, _>>() {
+            if let Err(e) = serde_json::from_str::<serde_json::Value>(line) {
+                // A `Value` holds a number as an `f64`, so it refuses 1e400; the raw text that
+                // ingest keeps is valid JSON all the same.
+                prop_assert!(
+                    e.to_string().starts_with("number out of range"),
+                    "{line:?}: {e}"
+                );
+            }
+            let fields: Vec<_> = fields
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            prop_assert_eq!(serde_fields(line).ok(), Some(fields), "{:?}", line);
+        }
+        let [flat, serde] = both_ways(line);
+        prop_assert_eq!(flat, serde, "{:?}", line);
+        Ok(())
+    }
+
+    mod readers_agree {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn space() -> impl Strategy<Value = String> {
+            prop_oneof![8 => Just(String::new()), 2 => "[ \t\r\n]{1,3}"]
+        }
+
+        /// Text for inside a string, unicode included, without what the flat reader declines.
+        fn plain_text(max: usize) -> impl Strategy<Value = String> {
+            let regex = |r: String| proptest::string::string_regex(&r).expect("a valid regex");
+            prop_oneof![
+                regex(format!("[a-z_]{{0,{max}}}")),
+                regex(format!("\\PC{{0,{max}}}")).prop_map(|s| s.replace(['"', '\\'], "")),
+            ]
+        }
+
+        fn key() -> impl Strategy<Value = String> {
+            prop_oneof![
+                1 => prop::sample::select(vec!["time", "wallet", "chain", "kind"])
+                    .prop_map(String::from),
+                8 => plain_text(8),
+            ]
+        }
+
+        /// The inside of a string with escapes (now and then a lone surrogate, which serde_json
+        /// refuses to decode).
+        fn escaped_text() -> impl Strategy<Value = String> {
+            "([a-zé]|\\\\[\"\\\\/bfnrt]|\\\\u00[0-9a-fA-F]{2}|\\\\u[1-9a-c][0-9a-f]{3}|\\\\ud83d\\\\ude00|\\\\ud800){1,5}"
+        }
+
+        /// Valid JSON values the flat reader declines.
+        fn not_flat_value() -> impl Strategy<Value = String> {
+            prop_oneof![
+                escaped_text().prop_map(|s| format!("\"{s}\"")),
+                "(\\[\\]|\\{\\}|\\[1, *\"a\", *null\\]|\\{\"a\": *\\{\"b\" *: *\\[true\\]\\}\\})",
+            ]
+        }
+
+        fn number() -> impl Strategy<Value = String> {
+            prop_oneof![
+                "-?(0|[1-9][0-9]{0,25})(\\.[0-9]{1,6})?([eE][+-]?[0-9]{1,3})?",
+                any::<i64>().prop_map(|n| n.to_string()),
+                any::<f64>().prop_map(|x| x.to_string()),
+            ]
+        }
+
+        fn time_value() -> impl Strategy<Value = String> {
+            prop_oneof![
+                (-1_000_000_000_000i64..4_000_000_000_000).prop_map(|n| n.to_string()),
+                "\"20[0-9]{2}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9])[T ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?(Z|[+-]0[0-9]:[0-5][0-9])?\"",
+                "-?(0|[1-9][0-9]{0,9})\\.[0-9]{1,3}",
+                number(),
+            ]
+        }
+
+        fn scalar() -> impl Strategy<Value = String> {
+            prop_oneof![
+                3 => plain_text(12).prop_map(|s| format!("\"{s}\"")),
+                1 => "\"0x[0-9a-f]{40}\"",
+                3 => number(),
+                1 => time_value(),
+                1 => prop::sample::select(vec!["true", "false", "null"]).prop_map(String::from),
+            ]
+        }
+
+        /// A flat object of scalars as ingest sees most lines, with JSON's whitespace anywhere;
+        /// if `rich`, now and then with a value or key the flat reader declines.
+        fn json_line(rich: bool) -> impl Strategy<Value = String> {
+            let item = prop_oneof![
+                3 => plain_text(12).prop_map(|s| format!("\"{s}\"")),
+                1 => number(),
+                1 => scalar(),
+            ];
+            let (mut key, mut value, mut time, mut item) = (
+                key().boxed(),
+                scalar().boxed(),
+                time_value().boxed(),
+                item.boxed(),
+            );
+            if rich {
+                let escaped = || escaped_text().prop_map(|s| format!("\"{s}\""));
+                key = prop_oneof![8 => key, 1 => escaped_text()].boxed();
+                value = prop_oneof![8 => value, 1 => not_flat_value()].boxed();
+                time = prop_oneof![
+                    8 => time,
+                    1 => Just(r#""2026\u002d11-01T00:00:00\u005a""#.to_string()),
+                ]
+                .boxed();
+                item = prop_oneof![8 => item, 1 => escaped()].boxed();
+            }
+            let field = (key, value, space(), space(), space(), space());
+            (
+                prop::option::weighted(0.9, time),
+                prop::option::weighted(0.9, item),
+                prop::collection::vec(field, 0..8),
+                space(),
+                space(),
+                space(),
+            )
+                .prop_flat_map(|(time, item, rest, s1, s2, s3)| {
+                    let mut fields: Vec<_> = rest
+                        .into_iter()
+                        .map(|(k, v, a, b, c, d)| format!("{a}\"{k}\"{b}:{c}{v}{d}"))
+                        .collect();
+                    fields.extend(time.map(|t| format!("\"time\":{t}")));
+                    fields.extend(item.map(|i| format!("\"wallet\":{i}")));
+                    Just(fields)
+                        .prop_shuffle()
+                        .prop_map(move |f| format!("{s1}{{{s2}{}}}{s3}", f.join(",")))
+                })
+        }
+
+        fn flat_line() -> impl Strategy<Value = String> {
+            json_line(false)
+        }
+
+        /// Almost the flat shape: each piece sometimes broken, escaped or nested.
+        fn near_flat_line() -> impl Strategy<Value = String> {
+            let key = prop_oneof![
+                8 => key().prop_map(|k| format!("\"{k}\"")),
+                1 => "\"([a-z]|\\\\[\"\\\\/bfnrtu]|\\\\u[0-9a-fA-F]{0,4}|[\\x00-\\x1f]){0,4}\"",
+                1 => "[a-z'\"]{0,3}",
+            ];
+            let value = prop_oneof![
+                8 => scalar(),
+                2 => "[+-]?[0-9]{0,3}(\\.[0-9]{0,2})?([eE][+-]?[0-9]{0,2})?",
+                1 => "(tru|true|truee|True|fals|false|nul|null|nulll|NaN|Infinity|undefined)",
+                1 => "\"([a-z]|\\\\[\"\\\\/bfnrtu]|\\\\u[0-9a-fA-F]{0,4}|\\\\u[dD][89abAB][0-9a-f]{2}|[\\x00-\\x1f])*\"",
+                1 => "(\\{\\}|\\[\\]|\\[1, *\"a\"\\]|\\{\"a\": *1\\}|'a'|\"a)",
+            ];
+            let colon =
+                prop_oneof![16 => Just(":"), 1 => Just(""), 1 => Just("::"), 1 => Just(" : ")];
+            let comma =
+                prop_oneof![16 => Just(","), 1 => Just(""), 1 => Just(",,"), 1 => Just(" , ")];
+            let field = (key, colon, value, comma);
+            (
+                prop::collection::vec(field, 0..6),
+                prop_oneof![8 => Just("{"), 1 => Just(""), 1 => Just("[")],
+                prop_oneof![8 => Just("}"), 1 => Just(""), 1 => Just(",}"), 1 => Just("]")],
+                prop_oneof![
+                    8 => Just("".to_string()),
+                    1 => "[ \t\r\n]{1,2}",
+                    1 => "[ \u{b}\u{c}\u{a0}\u{feff}x,}{]"
+                ],
+            )
+                .prop_map(|(fields, open, close, after)| {
+                    let mut line = open.to_string();
+                    for (i, (k, colon, v, comma)) in fields.iter().enumerate() {
+                        if i > 0 {
+                            line.push_str(comma);
+                        }
+                        line.push_str(&format!("{k}{colon}{v}"));
+                    }
+                    format!("{line}{close}{after}")
+                })
+        }
+
+        /// A flat line with a few characters inserted, deleted or replaced.
+        fn mutated_line() -> impl Strategy<Value = String> {
+            let c = prop_oneof![
+                3 => prop::sample::select(
+                    "{}[]\",: \t\r\n\\0123456789-+.eEtrufalsn\u{0}\u{1f}\u{7f}\u{a0}é😀"
+                        .chars()
+                        .collect::<Vec<_>>()
+                ),
+                1 => any::<char>(),
+            ];
+            let edit = (any::<prop::sample::Index>(), 0..3u8, c);
+            (flat_line(), prop::collection::vec(edit, 1..4)).prop_map(|(line, edits)| {
+                let mut chars: Vec<char> = line.chars().collect();
+                for (at, how, c) in edits {
+                    let i = at.index(chars.len() + 1);
+                    match how {
+                        0 => chars.insert(i, c),
+                        1 if i < chars.len() => {
+                            chars.remove(i);
+                        }
+                        _ if i < chars.len() => chars[i] = c,
+                        _ => chars.push(c),
+                    }
+                }
+                chars.into_iter().collect()
+            })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(3000))]
+
+            #[test]
+            fn the_flat_reader_takes_flat_lines_and_reads_them_as_serde_json_does(
+                line in flat_line()
+            ) {
+                prop_assert!(
+                    flat::fields(&line).all(|f| f.is_ok()),
+                    "declined {:?}", line
+                );
+                check_readers_agree(&line)?;
+            }
+
+            #[test]
+            fn lines_with_escapes_and_nested_values_are_read_alike_by_both_readers(
+                line in json_line(true)
+            ) {
+                check_readers_agree(&line)?;
+            }
+
+            #[test]
+            fn lines_nearly_flat_are_read_alike_by_both_readers(line in near_flat_line()) {
+                check_readers_agree(&line)?;
+            }
+
+            #[test]
+            fn mutated_lines_are_read_alike_by_both_readers(line in mutated_line()) {
+                check_readers_agree(&line)?;
+            }
+
+            #[test]
+            fn any_text_is_read_alike_by_both_readers(
+                line in prop_oneof!["\\PC{0,40}", "[{}\\[\\]\",:0-9a-z .eE+\\-\\\\ \t]{0,40}"]
+            ) {
+                check_readers_agree(&line)?;
+            }
         }
     }
 }
