@@ -1351,9 +1351,10 @@ mod tests {
         let store = Store::create(&dir, config()).expect("create");
         store.ingest_batch(&events(0, 100)).expect("ingest");
         store.checkpoint().expect("checkpoint");
-        // A full block written early (when the next one filled), its index entry due with the
-        // next flush.
-        let n = 2 * crate::store::log::BLOCK_EVENTS as u64 + 5;
+        // A full block written early (once the blocks framed after it filled), its index entry
+        // due with the next flush.
+        let blocks = crate::store::log::FRAMED_AHEAD as u64 + 1;
+        let n = blocks * crate::store::log::BLOCK_EVENTS as u64 + 5;
         store.ingest_batch(&events(100, n)).expect("ingest");
         let (l, i) = block_keys(&store);
         assert_eq!(l.len(), i.len() + 1, "one block waits for its index entry");

@@ -437,6 +437,13 @@ impl BlockBuilder {
     }
 }
 
+/// Sealed blocks the finisher may be framing while the writer fills the next: a chain event's
+/// block fills in under a millisecond of the writer's time, and on two cores shared by three
+/// busy threads the finisher may wait for a core for longer than that. With one block ahead,
+/// the writer waited for it 180 ms of the 1.2 s of a 500k-event ingest; a block's events and
+/// frame take at most about half a megabyte.
+pub const FRAMED_AHEAD: usize = 8;
+
 /// A framed block and its summary, as [`BlockBuilder::finish`] makes them.
 pub type Framed = Result<(Vec<u8>, BlockInfo), CodecError>;
 

@@ -192,12 +192,13 @@ impl Store {
             Some(finisher) => finisher.submit(full),
             None => log::SealedBlock::new(full),
         };
-        // Blocks go to the files in sequence order (the cut after a crash relies on it). The
-        // block just sealed waits for the next one, so its framing overlaps the filling of
-        // that one; appending at fixed points keeps the order of writes the same whatever the
-        // threads' timing (the fault tests count writes).
-        while let Some(first) = st.sealed.first_mut() {
-            let Ok((blob, info)) = first.framed() else {
+        st.sealed.push(sealed);
+        // Blocks go to the files in sequence order (the cut after a crash relies on it). A
+        // block is appended once `log::FRAMED_AHEAD` blocks are sealed after it, so its framing
+        // overlaps the filling of those; appending at fixed points keeps the order of writes
+        // the same whatever the threads' timing (the fault tests count writes).
+        while st.sealed.len() > log::FRAMED_AHEAD {
+            let Ok((blob, info)) = st.sealed[0].framed() else {
                 break;
             };
             match self.append_block(&blob, info) {
@@ -208,7 +209,6 @@ impl Store {
                 Err(_) => break,
             }
         }
-        st.sealed.push(sealed);
     }
 
     /// Removes what blocks written early left behind when their `I` entries never came (an
@@ -357,16 +357,17 @@ mod tests {
     fn blocks_are_written_as_they_fill_and_indexed_by_the_flush() {
         let dir = tempdir("early");
         let store = Store::create(&dir, config()).expect("create");
-        let n = 3 * log::BLOCK_EVENTS as u64 + 10;
+        let full = log::FRAMED_AHEAD + 3;
+        let n = full as u64 * log::BLOCK_EVENTS as u64 + 10;
         store.ingest_batch(&events(0, n)).expect("ingest");
-        // Two of the three full blocks are already under their `L` keys, but not yet part of
-        // the log; the third is being framed and is written with the next block or the flush.
+        // Three full blocks are already under their `L` keys, but not yet part of the log;
+        // the last few are being framed and are written with the blocks after them or the flush.
         let (l, i) = block_keys(&store);
-        assert_eq!(l.len(), 2, "{l:?}");
+        assert_eq!(l.len(), 3, "{l:?}");
         assert!(i.is_empty(), "{i:?}");
         store.flush().expect("flush");
         let (l, i) = block_keys(&store);
-        assert_eq!(l.len(), 4, "three full blocks and the open one");
+        assert_eq!(l.len(), full + 1, "the full blocks and the open one");
         assert_eq!(l, i, "every block has its index entry");
         assert_eq!(logged_events(&store), n as usize);
         drop(store);
@@ -492,9 +493,10 @@ mod tests {
         store.ingest_batch(&long_events(0, 400, 0)).expect("ingest");
         store.flush().expect("flush");
         let acked = indexed_blocks(&store);
-        // Blocks written early, never synced or indexed; then the power goes.
+        // Blocks written early, never synced or indexed; then the power goes. (Twice the
+        // events: a block is written only once `FRAMED_AHEAD` more are sealed after it.)
         store
-            .ingest_batch(&long_events(400, 400, 0))
+            .ingest_batch(&long_events(400, 800, 0))
             .expect("ingest");
         assert!(
             block_keys(&store).0.len() > acked.len(),
