@@ -375,3 +375,45 @@ impl Store {
         Ok(None)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::store::test_support::*;
+    use crate::store::*;
+
+    /// Enough changed sets that the checkpoint encodes them on several threads: every one must
+    /// read back as it was written, under its own key, however the chunks fell.
+    #[test]
+    fn sets_encoded_on_several_threads_read_back_each_under_its_own_key() {
+        let dir = tempdir("parallel-encode");
+        let store = Store::create(&dir, config()).expect("create");
+        let chains = 150u64;
+        let batch: Vec<Event> = (0..30_000u64)
+            .map(|i| {
+                let chain = format!("c{}", i % chains);
+                // Chain c_k gets k + 1 distinct wallets, so no two sets are alike.
+                let wallet = crate::gen::wallet_address(4, (i / chains) % (i % chains + 1));
+                Event::new(1_764_547_200_000 + i as i64, wallet, &[("chain", &chain)])
+            })
+            .collect();
+        store.ingest_batch(&batch).expect("ingest");
+        let answers = |store: &Store| -> Vec<(u64, Vec<u8>)> {
+            (0..chains)
+                .map(|k| {
+                    let slice = Slice::tag("chain", &format!("c{k}"));
+                    let count = store.count(&slice, &TimeRange::all()).expect("count").0;
+                    let hll = store.merged_hll(&slice, &TimeRange::all()).expect("hll");
+                    (count, hll.sketch.expect("some").register_values())
+                })
+                .collect()
+        };
+        let before = answers(&store);
+        assert_eq!(before[7].0, 200);
+        store.checkpoint().expect("checkpoint");
+        drop(store);
+        let store = Store::open(&dir).expect("reopen");
+        assert_eq!(answers(&store), before);
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
