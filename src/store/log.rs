@@ -16,7 +16,9 @@
 //! and compression takes a JSONL chain log from about 0.8× its input to about a third of that.
 //! Layout 1 (the events uncompressed) is still read.
 //!
-//! This module only encodes and decodes blocks; where they are stored is the store's business.
+//! This module only encodes and decodes blocks (a full block on the [`Finisher`]'s thread, so
+//! that compressing it overlaps the filling of the next); where and when they are stored is the
+//! store's business.
 
 use super::model::Event;
 use crate::codec::{self, CodecError};
