@@ -171,18 +171,19 @@ impl<'a> Ctx<'a> {
     fn read_field<E: de::Error>(&mut self, key: Cow<'_, str>, raw: &str) -> Result<(), E> {
         // The name is copied only when it is needed: copying it for every field of every line
         // in case one failed was a tenth of the per-field work.
-        let read = self.read_value(&key, raw);
+        let read = self.read_value(&key, matches!(key, Cow::Borrowed(_)), raw);
         if read.is_err() && self.problem.is_none() {
             self.field = Some(key.into_owned());
         }
         read
     }
 
-    fn read_value<E: de::Error>(&mut self, key: &Cow<'_, str>, raw: &str) -> Result<(), E> {
+    /// [`Ctx::read_field`] but for naming the field; `plain` if the key had no escapes.
+    fn read_value<E: de::Error>(&mut self, key: &str, plain: bool, raw: &str) -> Result<(), E> {
         let map = self.map;
-        if **key == *map.time {
+        if *key == *map.time {
             if self.time.is_some() {
-                return Err(self.fail(&key, "appears twice".into()));
+                return Err(self.fail(key, "appears twice".into()));
             }
             let absolute = |millis| time::Stamp {
                 millis,
@@ -195,11 +196,11 @@ impl<'a> Ctx<'a> {
             };
             match parsed {
                 Ok(ms) => self.time = Some(ms),
-                Err(reason) => return Err(self.fail(&key, reason)),
+                Err(reason) => return Err(self.fail(key, reason)),
             }
         } else if *key == *map.item {
             if self.item.is_some() {
-                return Err(self.fail(&key, "appears twice".into()));
+                return Err(self.fail(key, "appears twice".into()));
             }
             match Scalar::of(raw)?.text() {
                 Ok(Some(s)) => {
@@ -210,7 +211,7 @@ impl<'a> Ctx<'a> {
                 Ok(None) => self.item = Some(false),
                 Err(kind) => {
                     return Err(self.fail(
-                        &key,
+                        key,
                         format!("is {kind}; the item must be a string or a number"),
                     ))
                 }
@@ -222,7 +223,7 @@ impl<'a> Ctx<'a> {
                 Ok(Some(s)) if !s.is_empty() => {
                     let set = &self.event.tags[..self.tags.min(self.event.tags.len())];
                     if set.iter().any(|(f, _)| f == store_field) {
-                        return Err(self.fail(&key, "appears twice".into()));
+                        return Err(self.fail(key, "appears twice".into()));
                     }
                     super::set_tag(&mut self.event.tags, self.tags, store_field, &s);
                     self.tags += 1;
@@ -230,7 +231,7 @@ impl<'a> Ctx<'a> {
                 Ok(_) => {}
                 Err(kind) => {
                     return Err(self.fail(
-                        &key,
+                        key,
                         format!("is {kind}; a tag must be a string or a number"),
                     ))
                 }
@@ -241,15 +242,12 @@ impl<'a> Ctx<'a> {
             // A key that held escapes is re-encoded; one without is written back as it came
             // (JSON forbids raw control characters in a string, so it needs none). The value is
             // kept as written.
-            match &key {
-                Cow::Borrowed(plain) => {
-                    extra.push('"');
-                    extra.push_str(plain);
-                    extra.push('"');
-                }
-                Cow::Owned(unescaped) => {
-                    extra.push_str(&serde_json::to_string(unescaped).map_err(E::custom)?)
-                }
+            if plain {
+                extra.push('"');
+                extra.push_str(key);
+                extra.push('"');
+            } else {
+                extra.push_str(&serde_json::to_string(key).map_err(E::custom)?);
             }
             extra.push(':');
             extra.push_str(raw);
