@@ -1,14 +1,16 @@
 //! `DirFiles`: the append-only files of an engine on disk, in one directory beside its data.
 //!
 //! Owns: the directory (made on the first append, and fsynced into its parent then), appends
-//! at the end of a file, positional reads, and which files were written since the last sync, so
-//! that a sync fdatasyncs exactly those (and the directory, when a file was made in it).
+//! at the end of a file, positional reads, which files were written since the last sync, so
+//! that a sync fdatasyncs exactly those (and the directory, when a file was made in it), and
+//! the listing of the files with their sizes, read from the directory once and then kept up to
+//! date by its own appends, cuts and removals (one process holds a store at a time).
 //!
 //! Must not: know what the files hold or decide their names; it only refuses names that are not
 //! plain (`[0-9a-z.]`, not `.` or `..`), so a name can never reach outside the directory.
 
 use super::EngineError;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions};
 use std::io::{ErrorKind, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -40,6 +42,11 @@ struct Dirty {
 pub struct DirFiles {
     dir: PathBuf,
     dirty: Mutex<Dirty>,
+    /// The files and their sizes, once listed: every log block's append asks which file is the
+    /// newest and how long it is, and reading the directory for that cost a `stat` per file
+    /// per block (a year of 64 MiB files is hundreds). `None` until first listed, and again
+    /// after any failed change, which leaves a file's size unknown.
+    listing: Mutex<Option<BTreeMap<String, u64>>>,
 }
 
 impl DirFiles {
@@ -48,6 +55,23 @@ impl DirFiles {
         DirFiles {
             dir,
             dirty: Mutex::new(Dirty::default()),
+            listing: Mutex::new(None),
+        }
+    }
+
+    fn listing(&self) -> std::sync::MutexGuard<'_, Option<BTreeMap<String, u64>>> {
+        // A map of names to sizes; a panic cannot leave it half-changed.
+        self.listing.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records a file's new size in the listing, if it is held; `None` forgets the listing.
+    fn note_size(&self, name: &str, size: Option<u64>) {
+        let mut listing = self.listing();
+        match (listing.as_mut(), size) {
+            (Some(files), Some(size)) => {
+                files.insert(name.to_string(), size);
+            }
+            _ => *listing = None,
         }
     }
 
@@ -101,8 +125,10 @@ impl DirFiles {
         if let Err(e) = file.write_all(bytes) {
             // A half-written tail would shift every later append: cut back to where it was.
             let _ = file.set_len(offset);
+            self.note_size(name, None);
             return Err(io("append to a log file")(e));
         }
+        self.note_size(name, Some(offset + bytes.len() as u64));
         Ok(offset)
     }
 
@@ -132,7 +158,20 @@ impl DirFiles {
         }
     }
 
+    /// The files and their sizes, by name.
     pub fn list(&self) -> Result<Vec<(String, u64)>, EngineError> {
+        let mut listing = self.listing();
+        if listing.is_none() {
+            *listing = Some(self.read_listing()?.into_iter().collect());
+        }
+        Ok(listing
+            .iter()
+            .flatten()
+            .map(|(name, &size)| (name.clone(), size))
+            .collect())
+    }
+
+    fn read_listing(&self) -> Result<Vec<(String, u64)>, EngineError> {
         let entries = match std::fs::read_dir(&self.dir) {
             Ok(e) => e,
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
@@ -146,7 +185,6 @@ impl DirFiles {
                 out.push((entry.file_name().to_string_lossy().into_owned(), meta.len()));
             }
         }
-        out.sort();
         Ok(out)
     }
 
@@ -156,8 +194,12 @@ impl DirFiles {
             .write(true)
             .open(&path)
             .map_err(io("open a log file to cut it"))?;
-        file.set_len(len).map_err(io("cut a log file"))?;
-        file.sync_all().map_err(io("fsync a cut log file"))
+        let cut = file
+            .set_len(len)
+            .map_err(io("cut a log file"))
+            .and_then(|()| file.sync_all().map_err(io("fsync a cut log file")));
+        self.note_size(name, cut.is_ok().then_some(len));
+        cut
     }
 
     pub fn remove(&self, name: &str) -> Result<(), EngineError> {
@@ -165,7 +207,13 @@ impl DirFiles {
         match std::fs::remove_file(&path) {
             Ok(()) => {}
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(io("remove a log file")(e)),
+            Err(e) => {
+                self.note_size(name, None);
+                return Err(io("remove a log file")(e));
+            }
+        }
+        if let Some(files) = self.listing().as_mut() {
+            files.remove(name);
         }
         self.dirty().files.remove(name);
         sync_dir(&self.dir)
@@ -214,10 +262,13 @@ mod tests {
         assert_eq!(files.append("a.log", b" world").expect("append"), 5);
         assert_eq!(files.append("b.log", b"x").expect("append"), 0);
         files.sync().expect("sync");
+        // The listing kept from the first (empty) one on is what the directory holds.
+        let on_disk = || DirFiles::new(base.join("log")).list().expect("list");
         assert_eq!(
             files.list().expect("list"),
             [("a.log".to_string(), 11), ("b.log".to_string(), 1)]
         );
+        assert_eq!(files.list().expect("list"), on_disk());
         assert_eq!(
             files.read("a.log", 6, 5).expect("read"),
             Some(b"world".to_vec())
@@ -236,6 +287,7 @@ mod tests {
         files.remove("b.log").expect("remove");
         files.remove("b.log").expect("removing twice is nothing");
         assert_eq!(files.list().expect("list"), [("a.log".to_string(), 6)]);
+        assert_eq!(files.list().expect("list"), on_disk());
         for bad in ["", "..", "../x", "a/b", "A.log"] {
             assert!(files.append(bad, b"x").is_err(), "{bad:?} accepted");
         }
