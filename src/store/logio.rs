@@ -187,28 +187,33 @@ impl Store {
         if st.finisher.is_none() {
             st.finisher = log::Finisher::start();
         }
-        let full = st.open_block.take_sealed();
-        let sealed = match &st.finisher {
-            Some(finisher) => finisher.submit(full),
-            None => log::SealedBlock::new(full),
-        };
-        st.sealed.push(sealed);
+        st.seal_block();
         // Blocks go to the files in sequence order (the cut after a crash relies on it). A
         // block is appended once `log::FRAMED_AHEAD` blocks are sealed after it, so its framing
         // overlaps the filling of those; appending at fixed points keeps the order of writes
         // the same whatever the threads' timing (the fault tests count writes).
         while st.sealed.len() > log::FRAMED_AHEAD {
-            let Ok((blob, info)) = st.sealed[0].framed() else {
+            if self.append_oldest_sealed(st).is_err() {
                 break;
-            };
-            match self.append_block(&blob, info) {
-                Ok(info) => {
-                    st.unindexed.push(info);
-                    st.sealed.remove(0);
-                }
-                Err(_) => break,
             }
         }
+    }
+
+    /// Appends the oldest sealed block to the log files (framed by the finisher, or here) and
+    /// moves its summary to `unindexed`. On failure the block stays sealed.
+    fn append_oldest_sealed(&self, st: &mut State) -> Result<()> {
+        let Some(sealed) = st.sealed.first_mut() else {
+            return Ok(());
+        };
+        let first = sealed.block().next_seq() - sealed.block().len() as u64;
+        let (blob, info) = sealed.framed().map_err(|e| StoreError::DamagedLog {
+            name: format!("log block at event {first}"),
+            detail: e.to_string(),
+        })?;
+        let info = self.append_block(&blob, info)?;
+        st.unindexed.push(info);
+        st.sealed.remove(0);
+        Ok(())
     }
 
     /// Removes what blocks written early left behind when their `I` entries never came (an
@@ -295,15 +300,8 @@ impl Store {
         if !st.open_block.is_empty() {
             st.seal_block();
         }
-        while let Some(sealed) = st.sealed.first_mut() {
-            let first = sealed.block().next_seq() - sealed.block().len() as u64;
-            let (blob, info) = sealed.framed().map_err(|e| StoreError::DamagedLog {
-                name: format!("log block at event {first}"),
-                detail: e.to_string(),
-            })?;
-            let info = self.append_block(&blob, info)?;
-            st.unindexed.push(info);
-            st.sealed.remove(0);
+        while !st.sealed.is_empty() {
+            self.append_oldest_sealed(st)?;
         }
         if !st.unindexed.is_empty() {
             self.engine.sync_files()?;

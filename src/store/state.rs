@@ -91,11 +91,16 @@ impl TagDict {
     }
 }
 impl State {
-    /// Moves the open block to the sealed ones (infallible: encoding waits for the write).
+    /// Moves the open block's events to the sealed blocks (infallible: framing waits for the
+    /// write), handing them to the finisher if one runs, and empties the open block for the
+    /// events after them.
     pub(super) fn seal_block(&mut self) {
-        let next = log::BlockBuilder::new(self.next_seq);
-        let full = std::mem::replace(&mut self.open_block, next);
-        self.sealed.push(log::SealedBlock::new(full));
+        let full = self.open_block.take_sealed();
+        let sealed = match &self.finisher {
+            Some(finisher) => finisher.submit(full),
+            None => log::SealedBlock::new(full),
+        };
+        self.sealed.push(sealed);
     }
 }
 pub(crate) struct State {
