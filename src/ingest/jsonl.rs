@@ -117,7 +117,6 @@ fn read_flat(text: &str, ctx: &mut Ctx) -> bool {
             return false;
         }
     }
-    ctx.field = None;
     true
 }
 
@@ -134,7 +133,7 @@ fn describe(e: &serde_json::Error) -> String {
 
 struct Ctx<'a> {
     map: &'a Mapping,
-    /// The field being read, named in the error if it fails.
+    /// The field that failed, named in the error (set only on failure).
     field: Option<String>,
     /// Our own reason, when the failure is about meaning rather than syntax.
     problem: Option<String>,
@@ -272,7 +271,6 @@ impl<'de> Visitor<'de> for LineVisitor<'_, '_> {
             let raw = m.next_value::<&'de RawValue>()?;
             self.ctx.read_field(key, raw.get())?;
         }
-        self.ctx.field = None;
         Ok(())
     }
 }
@@ -301,9 +299,9 @@ impl<'de> de::Deserialize<'de> for Text<'de> {
 
 /// A value as written on the line, told apart by its first character. Numbers keep their exact
 /// text: a 30-digit wallet id stays itself instead of passing through `f64` (which would merge
-/// ids that differ past the 17th digit). Read from the value's text (a [`RawValue`] on serde_json's
-/// path) rather than through a visitor's `visit_u64`/`visit_f64` for that reason; it also behaves
-/// the same whether or not some other crate of the build turns on serde_json's
+/// ids that differ past the 17th digit). Read from the value's text (a [`RawValue`] on
+/// serde_json's path) rather than through a visitor's `visit_u64`/`visit_f64` for that reason; it
+/// also behaves the same whether or not some other crate of the build turns on serde_json's
 /// `arbitrary_precision` (which hands numbers to `deserialize_any` visitors as a private
 /// one-entry map).
 enum Scalar<'r> {
@@ -339,8 +337,8 @@ impl<'r> Scalar<'r> {
     }
 }
 
-/// The contents of a JSON string literal (already checked by the line's reader): borrowed when it has
-/// no escapes, unescaped otherwise.
+/// The contents of a JSON string literal (already checked by the line's reader): borrowed when
+/// it has no escapes, unescaped otherwise.
 fn unquote(raw: &str) -> Result<Cow<'_, str>, serde_json::Error> {
     let inner = &raw[1..raw.len() - 1];
     if inner.contains('\\') {
