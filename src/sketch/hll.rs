@@ -79,10 +79,10 @@ struct Hip {
 impl Hip {
     /// HIP from a count already known to `estimate` with `variance` (the sparse coupons' at the
     /// switch to registers, 0 for an empty sketch).
-    fn seeded(estimate: f64, variance: f64, regs: &[u8], m: usize) -> Hip {
+    fn seeded(estimate: f64, variance: f64, regs: &Registers, m: usize) -> Hip {
         let (mut kxq0, mut kxq1) = (0.0, 0.0);
         for i in 0..m {
-            let r = get_register(regs, i);
+            let r = regs.get(i);
             if r < 32 {
                 kxq0 += inv_pow2(r);
             } else {
@@ -125,7 +125,7 @@ fn inv_pow2(r: u8) -> f64 {
 #[derive(Clone, Debug)]
 enum Repr {
     Sparse(CouponSet),
-    Dense(Vec<u8>),
+    Dense(Registers),
 }
 
 /// Open-addressed set of coupons keyed by their 26-bit address (the addresses are hash bits, so
@@ -220,61 +220,96 @@ impl CouponSet {
     }
 }
 
-/// Reads register `i` of a packed 6-bit array.
-#[inline]
-fn get_register(regs: &[u8], i: usize) -> u8 {
-    let bit = i * 6;
-    let byte = bit >> 3;
-    let shift = bit & 7;
-    let lo = u16::from(regs[byte]);
-    let hi = if shift > 2 {
-        u16::from(regs[byte + 1])
-    } else {
-        0
-    };
-    (((hi << 8 | lo) >> shift) & 0x3f) as u8
-}
+/// `2^p` six-bit registers, four in every three bytes, and one byte after them that no
+/// register uses. A register's field starts in some byte and ends within the next, so with that
+/// byte every register is one unconditional two-byte access: no check whether the field crosses
+/// into a second byte (that depends on a random address bit, and branching on it mispredicted
+/// in half of all updates) and none whether a second byte exists. Measured on the update from
+/// a hash: 2.2 ns with the spare byte against 2.9 ns reading the second byte only where there
+/// is one (and 8.2 ns branching on the crossing).
+#[derive(Clone, Debug, PartialEq)]
+struct Registers(Vec<u8>);
 
-/// Raises register `i` to `value` if it is lower; returns the value it had if it changed.
-#[inline]
-fn raise_register(regs: &mut [u8], i: usize, value: u8) -> Option<u8> {
-    let bit = i * 6;
-    let byte = bit >> 3;
-    let shift = bit & 7;
-    // Always the two bytes the field may touch (one past the last register's byte there is
-    // none): whether the field crosses into the second depends on the address, a random hash
-    // bit, and branching on it cost a misprediction in half of all updates (8.2 ns against
-    // 2.7 ns per update measured). Writing the second byte back unchanged is harmless.
-    let lo = u16::from(regs[byte]);
-    let hi = regs.get(byte + 1).map_or(0, |&b| u16::from(b));
-    let word = hi << 8 | lo;
-    let current = ((word >> shift) & 0x3f) as u8;
-    if value <= current {
-        return None;
+impl Registers {
+    /// Bytes of `2^p` packed registers, the spare byte not counted.
+    fn packed_len(p: u8) -> usize {
+        (1usize << p) * 6 / 8
     }
-    let word = (word & !(0x3f << shift)) | (u16::from(value) << shift);
-    regs[byte] = word as u8;
-    if let Some(b) = regs.get_mut(byte + 1) {
-        *b = (word >> 8) as u8;
-    }
-    Some(current)
-}
 
-/// Four registers live in every three bytes; merging a group at a time avoids per-register
-/// shifting and bounds checks.
-fn merge_dense(into: &mut [u8], from: &[u8]) {
-    for (a, b) in into.chunks_exact_mut(3).zip(from.chunks_exact(3)) {
-        let wa = u32::from(a[0]) | u32::from(a[1]) << 8 | u32::from(a[2]) << 16;
-        let wb = u32::from(b[0]) | u32::from(b[1]) << 8 | u32::from(b[2]) << 16;
-        let mut out = 0u32;
-        for s in [0, 6, 12, 18] {
-            let ra = (wa >> s) & 0x3f;
-            let rb = (wb >> s) & 0x3f;
-            out |= ra.max(rb) << s;
+    fn zeroed(p: u8) -> Self {
+        Registers(vec![0; Self::packed_len(p) + 1])
+    }
+
+    /// Registers from their packed bytes (as stored).
+    fn from_packed(mut bytes: Vec<u8>) -> Self {
+        bytes.push(0);
+        Registers(bytes)
+    }
+
+    /// The packed bytes, as stored.
+    fn packed(&self) -> &[u8] {
+        &self.0[..self.0.len() - 1]
+    }
+
+    /// Register `i`.
+    #[inline]
+    fn get(&self, i: usize) -> u8 {
+        let bit = i * 6;
+        let byte = bit >> 3;
+        let word = u16::from_le_bytes([self.0[byte], self.0[byte + 1]]);
+        ((word >> (bit & 7)) & 0x3f) as u8
+    }
+
+    /// Raises register `i` to `value` if it is lower; returns the value it had if it changed.
+    #[inline]
+    fn raise(&mut self, i: usize, value: u8) -> Option<u8> {
+        let bit = i * 6;
+        let byte = bit >> 3;
+        let shift = bit & 7;
+        let two = self.0.get_mut(byte..byte + 2)?;
+        let word = u16::from_le_bytes([two[0], two[1]]);
+        let current = ((word >> shift) & 0x3f) as u8;
+        if value <= current {
+            return None;
         }
-        a[0] = out as u8;
-        a[1] = (out >> 8) as u8;
-        a[2] = (out >> 16) as u8;
+        let word = (word & !(0x3f << shift)) | (u16::from(value) << shift);
+        two.copy_from_slice(&word.to_le_bytes());
+        Some(current)
+    }
+
+    /// Register-wise max with `other` (the same `p`), eight registers (six bytes) at a time:
+    /// the even and the odd registers of a group each sit in 12-bit lanes with 6 bits of room
+    /// above them, so one subtraction compares four pairs at once without a borrow crossing
+    /// lanes (SWAR). 6.3 µs for `p` = 14 against 16.6 µs a register at a time (four per three
+    /// bytes), measured in a standalone loop.
+    fn merge(&mut self, other: &Registers) {
+        /// The low 6 bits of each 12-bit lane.
+        const LANES: u64 = 0x03f_03f_03f_03f;
+        /// The bit above each lane's value.
+        const ABOVE: u64 = 0x040_040_040_040;
+        /// Lane-wise max of four 6-bit values in 12-bit lanes: `(a + 64) − b` keeps the lane's
+        /// 64 bit exactly when `a ≥ b`, and never borrows from the lane above.
+        fn lanes_max(a: u64, b: u64) -> u64 {
+            let a_wins = (((a | ABOVE) - b) & ABOVE) >> 6;
+            let mask = a_wins * 0x3f;
+            (a & mask) | (b & !mask & LANES)
+        }
+        fn word(six: &[u8]) -> u64 {
+            let mut w = [0u8; 8];
+            w[..6].copy_from_slice(six);
+            u64::from_le_bytes(w)
+        }
+        // `packed_len` is 3·2^(p−2), a multiple of 6 for every p ≥ 4.
+        let (mine, theirs) = (self.0.len() - 1, other.0.len() - 1);
+        for (a, b) in self.0[..mine]
+            .chunks_exact_mut(6)
+            .zip(other.0[..theirs].chunks_exact(6))
+        {
+            let (wa, wb) = (word(a), word(b));
+            let even = lanes_max(wa & LANES, wb & LANES);
+            let odd = lanes_max((wa >> 6) & LANES, (wb >> 6) & LANES);
+            a.copy_from_slice(&(even | odd << 6).to_le_bytes()[..6]);
+        }
     }
 }
 
@@ -325,7 +360,7 @@ impl HyperLogLog {
             ));
         }
         let (repr, hip) = if Self::sparse_limit_for(p) == 0 {
-            let regs = vec![0; (1usize << p) * 6 / 8];
+            let regs = Registers::zeroed(p);
             let hip = Hip::seeded(0.0, 0.0, &regs, 1 << p);
             (Repr::Dense(regs), Some(hip))
         } else {
@@ -345,7 +380,7 @@ impl HyperLogLog {
 
     /// Bytes of the dense register array, `2^p · 6 / 8`.
     pub fn dense_bytes(&self) -> usize {
-        (1usize << self.p) * 6 / 8
+        Registers::packed_len(self.p)
     }
 
     /// The relative standard error of the dense estimator for large counts, `1.04 / sqrt(2^p)`
@@ -426,8 +461,18 @@ impl HyperLogLog {
     /// Adds an item from its MurmurHash3 words (for callers that hashed it already).
     #[inline]
     pub fn update_murmur(&mut self, h: [u64; 2]) {
-        let address = h[0] & ADDRESS_MASK;
         let value = h[1].leading_zeros().min(Q as u32) + 1;
+        // Dense, straight to the register: nearly every update of a large set comes here, and
+        // packing a coupon only to unpack it cost a fifth of the update.
+        if let Repr::Dense(regs) = &mut self.repr {
+            // The register index is the low `p` bits of the coupon's address.
+            let index = (h[0] & ((1 << self.p) - 1)) as usize;
+            if let (Some(old), Some(hip)) = (regs.raise(index, value as u8), &mut self.hip) {
+                hip.record((1u64 << self.p) as f64, old, value as u8);
+            }
+            return;
+        }
+        let address = h[0] & ADDRESS_MASK;
         self.add_coupon((value << ADDRESS_BITS) | address as u32, true);
     }
 
@@ -452,7 +497,7 @@ impl HyperLogLog {
         match &mut self.repr {
             Repr::Dense(regs) => {
                 let index = (address & ((1 << self.p) - 1)) as usize;
-                let raised = raise_register(regs, index, value as u8);
+                let raised = regs.raise(index, value as u8);
                 if !updating {
                     self.hip = None;
                 } else if let (Some(old), Some(hip)) = (raised, &mut self.hip) {
@@ -478,7 +523,7 @@ impl HyperLogLog {
         if let Repr::Dense(regs) = &mut self.repr {
             for (i, &v) in values.iter().take(1 << self.p).enumerate() {
                 if v > 0 {
-                    raise_register(regs, i, v.min(Q as u8 + 1));
+                    regs.raise(i, v.min(Q as u8 + 1));
                 }
             }
         }
@@ -489,10 +534,10 @@ impl HyperLogLog {
     /// the sketch answers from its registers alone.
     fn densify(&mut self, hip: bool) {
         if let Repr::Sparse(set) = &self.repr {
-            let mut regs = vec![0u8; self.dense_bytes()];
+            let mut regs = Registers::zeroed(self.p);
             let mask = (1u32 << self.p) - 1;
             for c in set.iter() {
-                raise_register(&mut regs, (c & mask) as usize, (c >> ADDRESS_BITS) as u8);
+                regs.raise((c & mask) as usize, (c >> ADDRESS_BITS) as u8);
             }
             self.hip = hip.then(|| {
                 let (estimate, sd) = Self::coupon_estimate(set.len);
@@ -524,9 +569,7 @@ impl HyperLogLog {
     /// The register values as one byte each (for inspection and tests).
     pub fn register_values(&self) -> Vec<u8> {
         match &self.repr {
-            Repr::Dense(regs) => (0..self.registers())
-                .map(|i| get_register(regs, i))
-                .collect(),
+            Repr::Dense(regs) => (0..self.registers()).map(|i| regs.get(i)).collect(),
             Repr::Sparse(set) => {
                 let mut out = vec![0u8; self.registers()];
                 let mask = (1u32 << self.p) - 1;
@@ -539,10 +582,10 @@ impl HyperLogLog {
         }
     }
 
-    fn estimate_dense(&self, regs: &[u8]) -> Estimate {
+    fn estimate_dense(&self, regs: &Registers) -> Estimate {
         let mut hist = [0u32; Q + 2];
         for i in 0..self.registers() {
-            hist[get_register(regs, i) as usize] += 1;
+            hist[regs.get(i) as usize] += 1;
         }
         let m = self.registers() as f64;
         if hist[0] as usize == self.registers() {
@@ -565,8 +608,8 @@ impl HyperLogLog {
     /// The HIP estimate with the interval of its own variance estimate, which is near 0 just
     /// past the sparse form (the coupons counted almost exactly) and grows to
     /// `ln 2 · n² / m` (RSE `0.8326 / √m`) for large counts.
-    fn estimate_hip(regs: &[u8], m: usize, hip: &Hip) -> Estimate {
-        let zeros = (0..m).filter(|&i| get_register(regs, i) == 0).count();
+    fn estimate_hip(regs: &Registers, m: usize, hip: &Hip) -> Estimate {
+        let zeros = (0..m).filter(|&i| regs.get(i) == 0).count();
         let (lower, upper) = normal_interval(
             hip.estimate,
             hip.variance.max(0.0).sqrt(),
@@ -615,7 +658,7 @@ impl HyperLogLog {
             },
             Repr::Dense(regs) => Stored::Dense {
                 p: self.p,
-                registers: regs.clone(),
+                registers: regs.packed().to_vec(),
             },
         };
         crate::codec::encode_versioned(SketchKind::HyperLogLog as u8, 1, &stored)
@@ -682,7 +725,7 @@ impl Sketch for HyperLogLog {
             Repr::Dense(theirs) => {
                 self.densify(false);
                 if let Repr::Dense(regs) = &mut self.repr {
-                    merge_dense(regs, theirs);
+                    regs.merge(theirs);
                 }
                 self.hip = None;
             }
@@ -700,7 +743,9 @@ impl Sketch for HyperLogLog {
 
     fn size_bytes(&self) -> usize {
         let body = match &self.repr {
-            Repr::Dense(regs) => regs.len(),
+            // The spare byte is not counted: the allocator rounds either length to the same
+            // chunk, and the stored form leaves it out.
+            Repr::Dense(regs) => regs.packed().len(),
             Repr::Sparse(set) => set.slots.len() * 4,
         };
         body + std::mem::size_of::<Self>()
@@ -712,10 +757,12 @@ impl Sketch for HyperLogLog {
             return Err(SketchError::corrupt(kind, format!("precision {}", self.p)));
         }
         match &self.repr {
-            Repr::Dense(regs) if regs.len() != self.dense_bytes() => Err(SketchError::corrupt(
-                kind,
-                format!("{} register bytes for p={}", regs.len(), self.p),
-            )),
+            Repr::Dense(regs) if regs.packed().len() != self.dense_bytes() => {
+                Err(SketchError::corrupt(
+                    kind,
+                    format!("{} register bytes for p={}", regs.packed().len(), self.p),
+                ))
+            }
             Repr::Sparse(set) if set.len > self.sparse_limit() => Err(SketchError::corrupt(
                 kind,
                 format!(
@@ -784,13 +831,13 @@ impl Serialize for HyperLogLog {
             Repr::Dense(regs) => match self.hip {
                 Some(h) => Stored::DenseHip {
                     p: self.p,
-                    registers: regs.clone(),
+                    registers: regs.packed().to_vec(),
                     hip: h.estimate,
                     hip_variance: h.variance,
                 },
                 None => Stored::Dense {
                     p: self.p,
-                    registers: regs.clone(),
+                    registers: regs.packed().to_vec(),
                 },
             },
         };
@@ -804,7 +851,7 @@ impl<'de> Deserialize<'de> for HyperLogLog {
         Ok(match Stored::deserialize(d)? {
             Stored::Dense { p, registers } => HyperLogLog {
                 p,
-                repr: Repr::Dense(registers),
+                repr: Repr::Dense(Registers::from_packed(registers)),
                 hip: None,
             },
             Stored::DenseHip {
@@ -815,13 +862,14 @@ impl<'de> Deserialize<'de> for HyperLogLog {
             } => {
                 // Checked before the registers are read: `validate` comes after.
                 if !(MIN_PRECISION..=MAX_PRECISION).contains(&p)
-                    || registers.len() != (1usize << p) * 6 / 8
+                    || registers.len() != Registers::packed_len(p)
                 {
                     return Err(D::Error::custom(format!(
                         "{} register bytes for p={p}",
                         registers.len()
                     )));
                 }
+                let registers = Registers::from_packed(registers);
                 let hip = Hip::seeded(hip, hip_variance, &registers, 1 << p);
                 HyperLogLog {
                     p,
@@ -858,6 +906,8 @@ mod tests {
     use crate::sketch::test_support::{
         assert_calibrated, assert_damage_detected, check_calibrated, scaled, Calibration,
     };
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
 
     fn murmur(stream: u64, i: u64) -> [u64; 2] {
         crate::hash::murmur(&(stream << 40 | i).to_le_bytes())
@@ -1002,16 +1052,43 @@ mod tests {
 
     #[test]
     fn packed_registers_round_trip_every_slot_and_value() {
-        let mut regs = vec![0u8; 12];
+        let mut regs = Registers::zeroed(4);
         for i in 0..16 {
-            assert_eq!(
-                raise_register(&mut regs, i, ((i * 7) % 63 + 1) as u8),
-                Some(0)
-            );
+            assert_eq!(regs.raise(i, ((i * 7) % 63 + 1) as u8), Some(0));
         }
         for i in 0..16 {
-            assert_eq!(get_register(&regs, i), ((i * 7) % 63 + 1) as u8);
-            assert!(raise_register(&mut regs, i, 1).is_none() || (i * 7) % 63 == 0);
+            assert_eq!(regs.get(i), ((i * 7) % 63 + 1) as u8);
+            assert!(regs.raise(i, 1).is_none() || (i * 7) % 63 == 0);
+        }
+        assert_eq!(regs.packed().len(), 12);
+        assert_eq!(regs.0[12], 0, "the spare byte holds no register");
+    }
+
+    /// The eight-at-a-time merge against a register-at-a-time max, on every value pair's
+    /// extremes (0, 1, 62, 63) and random registers, at the smallest and the default p.
+    #[test]
+    fn merging_registers_keeps_each_ones_max() {
+        let mut rng = StdRng::seed_from_u64(41);
+        for p in [4u8, 5, 14] {
+            for round in 0..50 {
+                let m = 1usize << p;
+                let pick = |rng: &mut StdRng| match round % 3 {
+                    0 => [0u8, 1, 62, 63][rng.random_range(0..4)],
+                    _ => rng.random_range(0..64),
+                };
+                let (mut a, mut b) = (Registers::zeroed(p), Registers::zeroed(p));
+                let (va, vb): (Vec<u8>, Vec<u8>) =
+                    (0..m).map(|_| (pick(&mut rng), pick(&mut rng))).unzip();
+                for i in 0..m {
+                    a.raise(i, va[i]);
+                    b.raise(i, vb[i]);
+                }
+                a.merge(&b);
+                for i in 0..m {
+                    assert_eq!(a.get(i), va[i].max(vb[i]), "p={p} register {i}");
+                }
+                assert_eq!(a.0[m * 6 / 8], 0, "the spare byte stays empty");
+            }
         }
     }
 
@@ -1450,7 +1527,7 @@ mod tests {
         };
         let bad = Stored::DenseHip {
             p: 14,
-            registers: regs.clone(),
+            registers: regs.packed().to_vec(),
             hip: f64::NAN,
             hip_variance: 1.0,
         };
