@@ -292,14 +292,17 @@ impl Theta {
         let sketches: Vec<&Theta> = sketches.into_iter().collect();
         let lg_k = sketches.iter().map(|s| s.lg_k).min()?;
         let theta = sketches.iter().map(|s| s.theta).min()?;
-        let mut pooled: Vec<u64> = sketches
+        let pooled: Vec<u64> = sketches
             .iter()
             .flat_map(|s| s.table.iter().copied())
             .filter(|&v| v != EMPTY && v < theta)
             .collect();
-        pooled.sort_unstable();
-        pooled.dedup();
-        Some(Theta::from_distinct(lg_k, theta, pooled, capacity(lg_k)))
+        Some(Theta::from_distinct(
+            lg_k,
+            theta,
+            distinct(&pooled),
+            capacity(lg_k),
+        ))
     }
 
     /// Cuts the sketch back to `k` values if it holds more (θ the (k+1)-th smallest), as
@@ -336,6 +339,32 @@ impl Theta {
         let lg_k = self.lg_k.min(other.lg_k);
         Theta::from_distinct(lg_k, theta, rest, capacity(lg_k))
     }
+}
+
+/// The distinct values of `pooled` (none of them `EMPTY`), in no particular order. They are
+/// hash values, uniform in `0..θ`, so their low bits address an open-addressed set directly, at
+/// most half full: no hashing and no sort. Sorting the pool to drop repeats was most of a union
+/// (about 60% of one of two k = 4,096 sketches in estimation mode).
+fn distinct(pooled: &[u64]) -> Vec<u64> {
+    let slots = (pooled.len() * 2).next_power_of_two().max(16);
+    let mask = slots - 1;
+    let mut set = vec![EMPTY; slots];
+    let mut out = Vec::with_capacity(pooled.len());
+    for &v in pooled {
+        let mut i = v as usize & mask;
+        loop {
+            match set[i] {
+                EMPTY => {
+                    set[i] = v;
+                    out.push(v);
+                    break;
+                }
+                held if held == v => break,
+                _ => i = (i + 1) & mask,
+            }
+        }
+    }
+    out
 }
 
 /// The most values a sketch of `2^lg_k` nominal entries holds: 15/16 of its `2k` slots.
@@ -558,6 +587,33 @@ mod tests {
         assert_eq!(a.difference(&b).estimate(), Estimate::exact(500.0));
         assert_eq!(b.difference(&a).estimate(), Estimate::exact(1_000.0));
         assert!(Theta::union(std::iter::empty()).is_none());
+    }
+
+    /// Repeats, values that share their low bits (one slot address, probing past each other,
+    /// wrapping at the table's end), and a pool of one value many times.
+    #[test]
+    fn distinct_keeps_each_value_once() {
+        let slots = 64u64; // the set's size for a pool of 32
+        let colliding: Vec<u64> = (1..=32).map(|i| i * slots - 1).collect();
+        let mut pools = vec![
+            colliding.clone(),
+            colliding.iter().chain(&colliding).rev().copied().collect(),
+            vec![7; 1_000],
+            (1..5_000u64).map(|i| i % 97 + 1).collect(),
+        ];
+        pools.push(
+            (0..20_000u64)
+                .map(|i| crate::hash::murmur(&(i % 13_000).to_le_bytes())[0] >> 1 | 1)
+                .collect(),
+        );
+        for pool in pools {
+            let mut got = distinct(&pool);
+            got.sort_unstable();
+            let mut want = pool.clone();
+            want.sort_unstable();
+            want.dedup();
+            assert_eq!(got, want);
+        }
     }
 
     #[test]
