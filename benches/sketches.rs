@@ -400,6 +400,166 @@ fn datasketches_peer(c: &mut Criterion) {
         })
     });
     g.finish();
+    datasketches_interleaved();
+}
+
+/// The same comparisons as ratios (crate time / our time) measured interleaved: each round
+/// times one batch of ours and one of the crate's back to back, in alternating order, so a
+/// stretch of CPU taken by other tenants of a shared machine slows both sides of a round alike.
+/// Criterion's medians, taken a minute apart, moved by up to ±30% on such a machine
+/// (2026-12-06); a round's ratio does not. Prints the median over rounds and the 10th and 90th
+/// percentiles of the rounds' ratios.
+fn datasketches_interleaved() {
+    use datasketches::hash::value::raw_bytes;
+    use datasketches::hll::{Coupon, HllSketch, HllType, HllUnion};
+    use datasketches::theta::{ThetaSketch, ThetaSketchBuilder, ThetaUnionBuilder};
+    use std::time::Instant;
+
+    const ROUNDS: usize = 301;
+    /// Seconds `f` takes.
+    fn timed(f: impl FnOnce()) -> f64 {
+        let t = Instant::now();
+        f();
+        t.elapsed().as_secs_f64()
+    }
+    /// `ours` and `theirs` each do one batch and return the seconds of its timed part.
+    fn report(what: &str, mut ours: impl FnMut() -> f64, mut theirs: impl FnMut() -> f64) {
+        let (mut ratios, mut mine, mut crate_s) = (Vec::new(), Vec::new(), Vec::new());
+        for round in 0..ROUNDS {
+            let (o, t) = if round % 2 == 0 {
+                let o = ours();
+                (o, theirs())
+            } else {
+                let t = theirs();
+                (ours(), t)
+            };
+            ratios.push(t / o);
+            mine.push(o);
+            crate_s.push(t);
+        }
+        let at = |v: &mut Vec<f64>, q: f64| {
+            v.sort_by(f64::total_cmp);
+            v[((ROUNDS - 1) as f64 * q).round() as usize]
+        };
+        println!(
+            "{what:<50} {:.2}  (10%-90% of rounds: {:.2}-{:.2}; medians: ours {:.1} µs, crate {:.1} µs)",
+            at(&mut ratios, 0.5),
+            at(&mut ratios, 0.1),
+            at(&mut ratios, 0.9),
+            at(&mut mine, 0.5) * 1e6,
+            at(&mut crate_s, 0.5) * 1e6,
+        );
+    }
+
+    let items = wallets(20, BATCH);
+    let hashed: Vec<[u64; 2]> = items.iter().map(|w| murmur(w.as_bytes())).collect();
+    let coupons: Vec<Coupon> = items
+        .iter()
+        .map(|w| Coupon::from_value(raw_bytes::from_str(w)))
+        .collect();
+    let ds_hll = |ws: &[String]| {
+        let mut h = HllSketch::new(14, HllType::Hll8).expect("lg_k");
+        for w in ws {
+            h.update(raw_bytes::from_str(w));
+        }
+        h
+    };
+    let ds_theta = |ws: &[String]| -> ThetaSketch {
+        let mut t = ThetaSketchBuilder::default()
+            .lg_k(12)
+            .build()
+            .expect("lg_k");
+        for w in ws {
+            t.update(raw_bytes::from_str(w));
+        }
+        t
+    };
+    println!("== crate / ours, interleaved, {ROUNDS} rounds (over 1.3: ours stays) ==");
+    let (mut ours, mut theirs) = (dense_hll(21, 200_000), ds_hll(&wallets(21, 200_000)));
+    report(
+        "HLL update from a precomputed hash (10,000 items)",
+        || timed(|| hashed.iter().for_each(|h| ours.update_murmur(*h))),
+        || timed(|| coupons.iter().for_each(|&c| theirs.update_with_coupon(c))),
+    );
+    report(
+        "HLL update, MurmurHash3 included (10,000 items)",
+        || {
+            timed(|| {
+                items
+                    .iter()
+                    .for_each(|w| ours.update_murmur(murmur(w.as_bytes())))
+            })
+        },
+        || {
+            timed(|| {
+                items
+                    .iter()
+                    .for_each(|w| theirs.update(raw_bytes::from_str(w)))
+            })
+        },
+    );
+    // One merge is ~10 µs: 20 per timing, each into a fresh copy made outside the timing.
+    let (a, b) = (dense_hll(22, 1_000_000), dense_hll(23, 1_000_000));
+    let (da, db) = (
+        ds_hll(&wallets(22, 1_000_000)),
+        ds_hll(&wallets(23, 1_000_000)),
+    );
+    report(
+        "HLL merge, dense into dense (20 merges)",
+        || {
+            let mut copies = vec![a.clone(); 20];
+            let t = timed(|| copies.iter_mut().for_each(|d| d.merge(&b).expect("merge")));
+            black_box(copies);
+            t
+        },
+        || {
+            let mut unions: Vec<HllUnion> = (0..20)
+                .map(|_| {
+                    let mut u = HllUnion::new(14).expect("lg_k");
+                    u.update(&da);
+                    u
+                })
+                .collect();
+            let t = timed(|| unions.iter_mut().for_each(|u| u.update(&db)));
+            black_box(unions);
+            t
+        },
+    );
+    let (mut ours, mut theirs) = (theta_of(24, 1_000_000), ds_theta(&wallets(24, 1_000_000)));
+    report(
+        "Theta update, MurmurHash3 included (10,000 items)",
+        || {
+            timed(|| {
+                items
+                    .iter()
+                    .for_each(|w| ours.update_murmur(murmur(w.as_bytes())))
+            })
+        },
+        || {
+            timed(|| {
+                items
+                    .iter()
+                    .for_each(|w| theirs.update(raw_bytes::from_str(w)))
+            })
+        },
+    );
+    let (a, b) = (theta_of(25, 1_000_000), theta_of(26, 1_000_000));
+    let (da, db) = (
+        ds_theta(&wallets(25, 1_000_000)).compact(true),
+        ds_theta(&wallets(26, 1_000_000)).compact(true),
+    );
+    report(
+        "Theta union of two (k = 4,096)",
+        || timed(|| drop(black_box(Theta::union([&a, &b])))),
+        || {
+            timed(|| {
+                let mut u = ThetaUnionBuilder::default().lg_k(12).build().expect("lg_k");
+                u.update(&da).expect("union");
+                u.update(&db).expect("union");
+                black_box(u.to_sketch(true));
+            })
+        },
+    );
 }
 
 fn countmin(c: &mut Criterion) {
