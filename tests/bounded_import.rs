@@ -23,19 +23,20 @@ const BUDGET: u64 = 64 * MIB;
 /// - sled's write buffers: one segment each (4 MiB; 16 MiB in stores made before format 6),
 ///   about three in flight (48 MiB under
 ///   heaptrack on four days of this input);
-/// - the parser thread's batches: `ingest::BATCH` = 16,384 events, about 13 MB of strings for
+/// - the parser thread's batches: `ingest::BATCH` = 2,048 events, about 1.6 MB of strings for
 ///   `gen chains` lines; at most six exist (one being parsed, two waiting, one being applied,
-///   two going back for reuse): 78 MiB;
+///   two going back for reuse): 10 MiB;
 /// - one staging or roll-forward batch (at most 256 writes or 8 MiB of values), the open log
 ///   block (192 KiB), the all-time filter (1.2 MiB a layer at the default sizing), the tag
 ///   dictionary, the program and its thread stacks (about 10 MiB).
 ///
-/// 64 + 48 + 78 + 8 + 10 = 208 MiB. Measured on 2026-12-04 (release build, a loaded VM):
-/// 139-146 MiB peak for this day under a 64 MiB budget, 157-159 MiB with the default budget;
-/// 266 MiB for four days of the same input (just within the bound) and 306 MiB for eight (not):
+/// 64 + 48 + 10 + 8 + 10 = 140 MiB (208 while batches were 16,384 events). Measured on
+/// 2026-12-06 (release build, a shared VM) under a 64 MiB budget: 85-88 MiB peak for this day,
+/// 96 MiB for four days of the same input and 114-116 MiB for eight (with 16,384-event
+/// batches: 96, 143 and 176 MiB; on 2026-12-04, before later changes, 139-146, 266 and 306).
 /// sled's own memory goes on growing with the store for a while (see docs/STORAGE.md,
 /// Staging).
-const MARGIN: u64 = 208 * MIB;
+const MARGIN: u64 = 140 * MIB;
 
 fn ok(args: &[&str]) -> String {
     let out = Command::new(BIN)
