@@ -341,17 +341,22 @@ impl Theta {
     }
 }
 
-/// The distinct values of `pooled` (none of them `EMPTY`), in no particular order. They are
-/// hash values, uniform in `0..θ`, so their low bits address an open-addressed set directly, at
-/// most half full: no hashing and no sort. Sorting the pool to drop repeats was most of a union
-/// (about 60% of one of two k = 4,096 sketches in estimation mode).
+/// The distinct values of `pooled` (none of them `EMPTY`), in no particular order, through an
+/// open-addressed set at most half full: no sort. Sorting the pool to drop repeats was most of
+/// a union (about 60% of one of two k = 4,096 sketches in estimation mode). The values are
+/// hashes, but a sketch read from an image is checked for order, not for randomness, so the
+/// slot comes from one multiplication (Fibonacci hashing) rather than from the low bits alone,
+/// which a run of related values could share.
 fn distinct(pooled: &[u64]) -> Vec<u64> {
-    let slots = (pooled.len() * 2).next_power_of_two().max(16);
-    let mask = slots - 1;
-    let mut set = vec![EMPTY; slots];
+    let bits = (pooled.len() * 2)
+        .next_power_of_two()
+        .max(16)
+        .trailing_zeros();
+    let mask = (1usize << bits) - 1;
+    let mut set = vec![EMPTY; 1 << bits];
     let mut out = Vec::with_capacity(pooled.len());
     for &v in pooled {
-        let mut i = v as usize & mask;
+        let mut i = (v.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - bits)) as usize;
         loop {
             match set[i] {
                 EMPTY => {
@@ -589,12 +594,11 @@ mod tests {
         assert!(Theta::union(std::iter::empty()).is_none());
     }
 
-    /// Repeats, values that share their low bits (one slot address, probing past each other,
-    /// wrapping at the table's end), and a pool of one value many times.
+    /// Repeats, related values (sharing their low bits, or consecutive), a pool of one value
+    /// many times, and hashes at the set's half load (long probe runs, wrapping at its end).
     #[test]
     fn distinct_keeps_each_value_once() {
-        let slots = 64u64; // the set's size for a pool of 32
-        let colliding: Vec<u64> = (1..=32).map(|i| i * slots - 1).collect();
+        let colliding: Vec<u64> = (1..=32).map(|i| i * 64 - 1).collect();
         let mut pools = vec![
             colliding.clone(),
             colliding.iter().chain(&colliding).rev().copied().collect(),
