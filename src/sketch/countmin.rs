@@ -1226,6 +1226,28 @@ impl TopK {
         self.min_idx = best;
     }
 
+    /// The candidate holding `item` (whose packed digest words are `key`). The keys are compared
+    /// eight at a time into a bit mask, which the compiler turns into vector compares, and an
+    /// item's bytes only where its key matched: a heavy item of a busy set is offered on nearly
+    /// every one of its events, and comparing key by key, each with its item test, was most of
+    /// the heap's time.
+    fn position(&self, key: u64, item: &[u8]) -> Option<usize> {
+        for (c, chunk) in self.keys.chunks(8).enumerate() {
+            let mut hits = chunk
+                .iter()
+                .enumerate()
+                .fold(0u32, |m, (j, &k)| m | u32::from(k == key) << j);
+            while hits != 0 {
+                let i = c * 8 + hits.trailing_zeros() as usize;
+                if self.items[i] == item {
+                    return Some(i);
+                }
+                hits &= hits - 1;
+            }
+        }
+        None
+    }
+
     /// Estimates only grow, so an item at or below the minimum cannot be in the set with a larger
     /// stored estimate; that makes the early return safe.
     #[inline]
@@ -1238,13 +1260,7 @@ impl TopK {
             return;
         }
         let key = key_of(sha);
-        let found = self
-            .keys
-            .iter()
-            .enumerate()
-            .find(|&(i, &k)| k == key && self.items[i] == item)
-            .map(|(i, _)| i);
-        if let Some(i) = found {
+        if let Some(i) = self.position(key, item) {
             self.estimates[i] = estimate;
             if i == self.min_idx {
                 self.recompute_min();
@@ -1861,6 +1877,32 @@ mod tests {
     /// eleven are within their bound. The guarantee's own argument (Markov per row, `(1/e)^5` for
     /// all five) puts the chance that any of the eleven is not at 0.074 at most; in fact each is
     /// estimated exactly, as conservative update leaves a column to its heaviest item.
+    /// The heap's lookup across its chunks of eight keys, where keys repeat (two items whose
+    /// digests share the packed words) and where a key matches but the item does not.
+    #[test]
+    fn the_heap_finds_each_candidate_by_key_and_bytes() {
+        let sha = |k: u32| {
+            let mut words = [0u32; ShaWords::WORDS];
+            words[0] = k % 7; // many candidates share a key
+            words[1] = 1;
+            ShaWords { words }
+        };
+        let mut top = TopK::new(20);
+        let item = |i: u32| format!("item-{i}").into_bytes();
+        for i in 0..20 {
+            top.offer(&item(i), &sha(i), 100 + u64::from(i));
+        }
+        for i in 0..20 {
+            assert_eq!(top.position(key_of(&sha(i)), &item(i)), Some(i as usize));
+        }
+        assert_eq!(top.position(key_of(&sha(3)), &item(99)), None);
+        assert_eq!(top.position(key_of(&sha(7 * 3 + 100)), &item(3)), None);
+        // Offered again with a larger estimate, an item is updated in place, not added.
+        top.offer(&item(17), &sha(17), 500);
+        assert_eq!(top.len(), 20);
+        assert_eq!(top.estimates[17], 500);
+    }
+
     #[test]
     fn top_k_finds_the_heavy_hitters_of_a_zipf_stream() {
         let zipf = rand_distr::Zipf::new(100_000.0, 1.1).expect("zipf");

@@ -385,6 +385,7 @@ impl Store {
             staged: Default::default(),
             stale_staged: Default::default(),
             import_failed: None,
+            import_held: None,
             broken: None,
             imported: Default::default(),
             acked: None,

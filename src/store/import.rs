@@ -91,6 +91,7 @@ impl Store {
         let durable = st.next_seq;
         st.importing = true;
         st.import_failed = None;
+        st.import_held = None;
         self.importer.store(thread_token(), Ordering::Release);
         let (outcome, extra) = {
             let mut import = Import {
@@ -108,6 +109,7 @@ impl Store {
         match outcome {
             Ok(Ok(value)) => {
                 st.importing = false;
+                st.import_held = None;
                 let committed = match st.import_failed.take() {
                     Some(reason) => Err(StoreError::ImportFailed {
                         path: self.path.clone(),

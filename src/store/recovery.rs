@@ -220,6 +220,7 @@ impl Store {
             staged: BTreeSet::new(),
             stale_staged: BTreeSet::new(),
             import_failed: None,
+            import_held: None,
             broken: None,
             imported,
             acked: None,

@@ -76,10 +76,13 @@ impl Store {
         }
         let max_sets = self.piece_sets()?;
         let hashed = hashed.filter(|h| h.len() == events.len());
-        // The bytes of the sets held, carried from piece to piece by what each piece added
-        // (summing every set after each piece took 5% of a contract-tag import's time), and
-        // taken exactly whenever it crosses the staging threshold.
-        let mut held = Self::sets_bytes(st);
+        // The bytes of the sets held, carried from piece to piece and batch to batch by what
+        // each piece added (summing every set after each piece took 5% of a contract-tag
+        // import's time), and taken exactly whenever it crosses the staging threshold.
+        let mut held = match st.import_held.take() {
+            Some(held) => held,
+            None => Self::sets_bytes(st),
+        };
         let mut start = 0;
         while start < events.len() {
             let end = self.piece_end(events, start, max_sets);
@@ -99,6 +102,7 @@ impl Store {
             }
             start = end;
         }
+        st.import_held = Some(held);
         Ok(())
     }
 

@@ -147,6 +147,11 @@ pub(crate) struct State {
     /// Why the running import can no longer commit: a batch failed after part of it changed
     /// memory (it is applied in pieces). The import then rolls back whatever its closure says.
     pub(super) import_failed: Option<String>,
+    /// The bytes the sets hold, carried from batch to batch of the running import (only its
+    /// batches change the sets while it runs): summing every set at each batch took 2% of the
+    /// store thread with 2,048-event batches. `None` outside imports, before the first batch
+    /// and after a failed one (the next batch sums again).
+    pub(super) import_held: Option<usize>,
     /// Why this state can no longer be trusted (a rollback failed): every call then fails with
     /// [`StoreError::MustReopen`], and nothing more is written.
     pub(super) broken: Option<String>,
