@@ -21,7 +21,7 @@ pub mod time;
 pub use time::{TimeUnit, Zone};
 
 use crate::hash::{Item, ItemHashes};
-use crate::store::{BucketWidth, Config, Event, Import, Store, StoreError};
+use crate::store::{Ahead, BucketWidth, Config, Event, Import, ReaderTags, Store, StoreError};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::cell::Cell;
 use std::fmt;
@@ -231,10 +231,17 @@ impl Summary {
     }
 }
 
+/// A batch's tags as the parser numbered them: each event's tag numbers, flattened, and the
+/// tags first met in the batch (see [`ReaderTags`]).
+type NumberedTags = (Vec<u32>, Vec<(String, String)>);
+
 enum Msg {
     Batch {
         events: Vec<Event>,
         hashes: Vec<ItemHashes>,
+        /// The events' tags as the parser numbered them (see [`ReaderTags`]), and the tags
+        /// this batch named first; `None` once the numbering ran out of ids.
+        tags: Option<NumberedTags>,
         lines: Vec<u64>,
     },
     Bad(BadLine),
@@ -277,7 +284,7 @@ impl<R: Read> Read for Counting<'_, R> {
 
 /// What the store side does with one batch. [`ingest`] feeds the store; tests put a failure or
 /// a panic in between to check that either one ends the ingest.
-type Feed<'f> = dyn FnMut(&mut Import<'_>, &[Event], &[ItemHashes]) -> Result<(), StoreError> + 'f;
+type Feed<'f> = dyn FnMut(&mut Import<'_>, &[Event], Ahead<'_>) -> Result<(), StoreError> + 'f;
 
 /// Reads `input` in `options.format` and ingests it into `store` as one unit (see the module
 /// docs). `progress` is called after every batch.
@@ -297,7 +304,7 @@ pub fn ingest(
         input,
         options,
         progress,
-        &mut |import, events, hashes| import.ingest_hashed(events, hashes),
+        &mut |import, events, ahead| import.ingest_ahead(events, ahead),
     )
 }
 
@@ -340,6 +347,7 @@ fn ingest_with(
             width: store.config().bucket,
             buckets: FxHashSet::default(),
             tags: FxHashMap::default(),
+            named: Some(0),
         };
         let format = options.format;
         let delimiter = options.delimiter.unwrap_or(b',');
@@ -416,9 +424,14 @@ fn feed_store(
             Msg::Batch {
                 events,
                 hashes,
+                tags,
                 lines,
             } => {
-                feed(import, &events, &hashes).map_err(|e| match e {
+                let ahead = Ahead {
+                    hashes: &hashes,
+                    tags: tags.as_ref().map(|(ids, new)| ReaderTags { ids, new }),
+                };
+                feed(import, &events, ahead).map_err(|e| match e {
                     StoreError::BadEvent { index, reason } => IngestError::Bad(BadLine {
                         line: lines.get(index).copied().unwrap_or(0),
                         field: None,
@@ -464,7 +477,11 @@ struct Parser<'m> {
     counts: Summary,
     width: BucketWidth,
     buckets: FxHashSet<i64>,
-    tags: FxHashMap<String, FxHashSet<String>>,
+    /// Every tag sent, numbered from 1 in the order first met: the store maps the numbers to
+    /// its ids once per new tag, instead of hashing every event's tag strings on its thread.
+    tags: FxHashMap<String, FxHashMap<String, u32>>,
+    /// The last number given; `None` once they ran out (the store then reads the strings).
+    named: Option<u32>,
 }
 
 /// Whether the parser should go on.
@@ -514,10 +531,13 @@ impl Parser<'_> {
         batch.truncate(*used);
         *used = 0;
         let lines = std::mem::take(lines);
-        // Hashing here rather than on the store's thread takes SHA-256 and MurmurHash3 (about
-        // 95 ns an event) off the side that bounds the pipeline.
+        // Hashing and numbering tags here rather than on the store's thread takes SHA-256,
+        // MurmurHash3 (about 95 ns an event) and the tag lookups off the side that bounds the
+        // pipeline.
+        let mut ids = Vec::with_capacity(2 * batch.len());
+        let mut new = Vec::new();
         for e in &batch {
-            self.tally(e);
+            self.tally(e, &mut ids, &mut new);
         }
         let hashes = batch
             .iter()
@@ -526,6 +546,7 @@ impl Parser<'_> {
         match self.out.send(Msg::Batch {
             events: batch,
             hashes,
+            tags: self.named.map(|_| (ids, new)),
             lines,
         }) {
             Ok(()) => Flow::Go,
@@ -536,7 +557,7 @@ impl Parser<'_> {
     fn done(mut self) {
         let mut tags: Vec<String> = std::mem::take(&mut self.tags)
             .into_iter()
-            .flat_map(|(f, vs)| vs.into_iter().map(move |v| format!("{f}:{v}")))
+            .flat_map(|(f, vs)| vs.into_keys().map(move |v| format!("{f}:{v}")))
             .collect();
         tags.sort();
         let summary = Summary {
@@ -548,14 +569,23 @@ impl Parser<'_> {
         let _ = self.out.send(Msg::Done(Box::new(summary)));
     }
 
-    /// Notes the bucket and tags of an event about to be sent, for the summary.
-    fn tally(&mut self, e: &Event) {
+    /// Notes the bucket and tags of an event about to be sent, for the summary, and its tags'
+    /// numbers in `ids`, naming in `new` the tags it is the first to carry.
+    fn tally(&mut self, e: &Event, ids: &mut Vec<u32>, new: &mut Vec<(String, String)>) {
         self.buckets.insert(self.width.bucket_of(e.time));
         for (f, v) in &e.tags {
-            let known = self.tags.get(f.as_str()).is_some_and(|s| s.contains(v));
-            if !known {
-                self.tags.entry(f.clone()).or_default().insert(v.clone());
+            if let Some(&id) = self.tags.get(f.as_str()).and_then(|vs| vs.get(v.as_str())) {
+                ids.push(id);
+                continue;
             }
+            let id = self.named.and_then(|n| n.checked_add(1));
+            self.named = id;
+            self.tags
+                .entry(f.clone())
+                .or_default()
+                .insert(v.clone(), id.unwrap_or(0));
+            ids.push(id.unwrap_or(0));
+            new.push((f.clone(), v.clone()));
         }
     }
 
@@ -967,7 +997,7 @@ mod tests {
                 text.as_bytes(),
                 &Options::default(),
                 &mut |_| {},
-                &mut |import, events, hashes| {
+                &mut |import, events, ahead| {
                     batch += 1;
                     if batch == fail_at_batch {
                         if panic {
@@ -978,7 +1008,7 @@ mod tests {
                             detail: format!("failure at batch {batch}"),
                         });
                     }
-                    import.ingest_hashed(events, hashes)
+                    import.ingest_ahead(events, ahead)
                 },
             );
             let _ = done.send(r);

@@ -386,6 +386,7 @@ impl Store {
             stale_staged: Default::default(),
             import_failed: None,
             import_held: None,
+            reader_tags: Vec::new(),
             broken: None,
             imported: Default::default(),
             acked: None,

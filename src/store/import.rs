@@ -7,9 +7,9 @@
 
 use super::error::{Result, StoreError};
 use super::model::Event;
+use super::route::Ahead;
 use super::state::State;
 use super::Store;
-use crate::hash::ItemHashes;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -38,11 +38,11 @@ impl Import<'_> {
         Ok(())
     }
 
-    /// [`Import::ingest_batch`] with each event's item hashes already computed, so a reader
-    /// thread can take the hashing off the store's thread. `hashes[i]` must be
-    /// `ItemHashes` of `events[i].item` (crate-private: a wrong hash would corrupt sketches).
-    pub(crate) fn ingest_hashed(&mut self, events: &[Event], hashes: &[ItemHashes]) -> Result<()> {
-        self.store.ingest_locked(self.st, events, Some(hashes))?;
+    /// [`Import::ingest_batch`] with each event's item hashes, and perhaps its tag ids, worked
+    /// out ahead, so a reader thread can take that work off the store's thread (see
+    /// [`Ahead`]; crate-private: a wrong hash would corrupt sketches).
+    pub(crate) fn ingest_ahead(&mut self, events: &[Event], ahead: Ahead<'_>) -> Result<()> {
+        self.store.ingest_locked(self.st, events, Some(ahead))?;
         self.events += events.len() as u64;
         Ok(())
     }
@@ -92,6 +92,7 @@ impl Store {
         st.importing = true;
         st.import_failed = None;
         st.import_held = None;
+        st.reader_tags.clear();
         self.importer.store(thread_token(), Ordering::Release);
         let (outcome, extra) = {
             let mut import = Import {
@@ -110,6 +111,7 @@ impl Store {
             Ok(Ok(value)) => {
                 st.importing = false;
                 st.import_held = None;
+                st.reader_tags = Vec::new();
                 let committed = match st.import_failed.take() {
                     Some(reason) => Err(StoreError::ImportFailed {
                         path: self.path.clone(),

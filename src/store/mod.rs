@@ -75,6 +75,7 @@ pub use model::{
     lowercase_item, BucketWidth, Config, Event, Sample, Slice, TimeRange, MAX_TIME, MIN_TIME,
     RANGE_LIMIT,
 };
+pub(crate) use route::{Ahead, ReaderTags};
 pub use snapshot::Snapshot;
 pub(crate) use snapshot::STALE_RETRIES;
 pub use state::{ImportedSets, MemoryUse};
@@ -364,8 +365,10 @@ impl Store {
     }
 
     /// Checks a batch without changing anything: every event must have a time in the supported
-    /// span, an item and only the configured tag fields.
-    fn check_batch(&self, events: &[Event]) -> Result<()> {
+    /// span, an item and only the configured tag fields, each once, with a value. `tags`:
+    /// check the tags too (a reader that numbered them has its new names checked once, and
+    /// repeats found by id, in `route`).
+    fn check_batch(&self, events: &[Event], tags: bool) -> Result<()> {
         for (index, e) in events.iter().enumerate() {
             let bad = |reason: String| StoreError::BadEvent { index, reason };
             model::check_time(e.time).map_err(bad)?;
@@ -381,6 +384,9 @@ impl Store {
                     e.tags.len(),
                     log::MAX_TAGS
                 )));
+            }
+            if !tags {
+                continue;
             }
             for (field, value) in &e.tags {
                 if !self.config.tag_fields.iter().any(|f| f == field) {

@@ -221,6 +221,7 @@ impl Store {
             stale_staged: BTreeSet::new(),
             import_failed: None,
             import_held: None,
+            reader_tags: Vec::new(),
             broken: None,
             imported,
             acked: None,

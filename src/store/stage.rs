@@ -33,6 +33,7 @@ use super::engine::WriteBatch;
 use super::error::{Result, StoreError};
 use super::keys::{self, Part};
 use super::model::Event;
+use super::route::KeysView;
 use super::seam::Seam;
 use super::sets::{decode_header, encode_header, SetHeader, Stored};
 use super::state::State;
@@ -92,23 +93,19 @@ impl Store {
         Ok(usize::try_from(half / largest).unwrap_or(usize::MAX).max(1))
     }
 
-    /// The end of the piece of `events` starting at `start`: the longest run touching at most
+    /// The end of the piece of a batch starting at `start`: the longest run touching at most
     /// `max_sets` distinct sets, and at least one event.
-    pub(super) fn piece_end(&self, events: &[Event], start: usize, max_sets: usize) -> usize {
-        let mut seen: FxHashSet<(i64, Option<(&str, &str)>)> = FxHashSet::default();
-        for (i, e) in events.iter().enumerate().skip(start) {
-            let bucket = self.config.bucket.bucket_of(e.time);
+    pub(super) fn piece_end(keys: KeysView<'_>, start: usize, max_sets: usize) -> usize {
+        let mut seen: FxHashSet<(u32, i64)> = FxHashSet::default();
+        for i in start..keys.len() {
             // Inserted before the test, each key hashed once: an event that overflows the
             // piece ends it, and what it added to `seen` is dropped with it.
-            seen.insert((bucket, None));
-            for (f, v) in &e.tags {
-                seen.insert((bucket, Some((f.as_str(), v.as_str()))));
-            }
+            seen.extend(keys.sets_of(i));
             if i > start && seen.len() > max_sets {
                 return i;
             }
         }
-        events.len()
+        keys.len()
     }
 
     /// After a piece of an import: if the sets held take more than half the budget, lets the
@@ -598,9 +595,10 @@ mod tests {
         let max = store.piece_sets().expect("piece");
         assert_eq!(max, 10);
         let events = spread(0, 500);
+        let keys = store.keys_from_names(&mut store.lock().expect("lock"), &events);
         let mut start = 0;
         while start < events.len() {
-            let end = store.piece_end(&events, start, max);
+            let end = Store::piece_end(keys.view(), start, max);
             assert!(end > start);
             let mut sets = std::collections::BTreeSet::new();
             for e in &events[start..end] {

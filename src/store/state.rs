@@ -152,6 +152,9 @@ pub(crate) struct State {
     /// store thread with 2,048-event batches. `None` outside imports, before the first batch
     /// and after a failed one (the next batch sums again).
     pub(super) import_held: Option<usize>,
+    /// The store's id of each tag the running import's reader numbered (see
+    /// `route::ReaderTags`), by reader id less one. Empty outside imports.
+    pub(super) reader_tags: Vec<u32>,
     /// Why this state can no longer be trusted (a rollback failed): every call then fails with
     /// [`StoreError::MustReopen`], and nothing more is written.
     pub(super) broken: Option<String>,
