@@ -1226,12 +1226,14 @@ impl TopK {
         self.min_idx = best;
     }
 
-    /// The candidate holding `item` (whose packed digest words are `key`). The keys are compared
-    /// eight at a time into a bit mask, which the compiler turns into vector compares, and an
-    /// item's bytes only where its key matched: a heavy item of a busy set is offered on nearly
+    /// The candidate whose item has the digest `sha` (packed into `key`). The keys are compared
+    /// eight at a time into a bit mask, which the compiler turns into vector compares, and a
+    /// whole digest only where its key matched: a heavy item of a busy set is offered on nearly
     /// every one of its events, and comparing key by key, each with its item test, was most of
-    /// the heap's time.
-    fn position(&self, key: u64, item: &[u8]) -> Option<usize> {
+    /// the heap's time. Equal SHA-256 digests are equal items (no two different items with the
+    /// same digest are known), and the digests sit in one array, where each item's bytes are
+    /// an allocation of their own: comparing those was a cache miss per offer.
+    fn position(&self, key: u64, sha: &ShaWords) -> Option<usize> {
         for (c, chunk) in self.keys.chunks(8).enumerate() {
             let mut hits = chunk
                 .iter()
@@ -1239,7 +1241,7 @@ impl TopK {
                 .fold(0u32, |m, (j, &k)| m | u32::from(k == key) << j);
             while hits != 0 {
                 let i = c * 8 + hits.trailing_zeros() as usize;
-                if self.items[i] == item {
+                if self.shas[i] == *sha {
                     return Some(i);
                 }
                 hits &= hits - 1;
@@ -1260,7 +1262,7 @@ impl TopK {
             return;
         }
         let key = key_of(sha);
-        if let Some(i) = self.position(key, item) {
+        if let Some(i) = self.position(key, sha) {
             self.estimates[i] = estimate;
             if i == self.min_idx {
                 self.recompute_min();
@@ -1878,13 +1880,14 @@ mod tests {
     /// all five) puts the chance that any of the eleven is not at 0.074 at most; in fact each is
     /// estimated exactly, as conservative update leaves a column to its heaviest item.
     /// The heap's lookup across its chunks of eight keys, where keys repeat (two items whose
-    /// digests share the packed words) and where a key matches but the item does not.
+    /// digests share the packed words) and where a key matches but the digest does not.
     #[test]
-    fn the_heap_finds_each_candidate_by_key_and_bytes() {
+    fn the_heap_finds_each_candidate_by_key_and_digest() {
         let sha = |k: u32| {
             let mut words = [0u32; ShaWords::WORDS];
             words[0] = k % 7; // many candidates share a key
             words[1] = 1;
+            words[2] = k;
             ShaWords { words }
         };
         let mut top = TopK::new(20);
@@ -1893,10 +1896,11 @@ mod tests {
             top.offer(&item(i), &sha(i), 100 + u64::from(i));
         }
         for i in 0..20 {
-            assert_eq!(top.position(key_of(&sha(i)), &item(i)), Some(i as usize));
+            assert_eq!(top.position(key_of(&sha(i)), &sha(i)), Some(i as usize));
         }
-        assert_eq!(top.position(key_of(&sha(3)), &item(99)), None);
-        assert_eq!(top.position(key_of(&sha(7 * 3 + 100)), &item(3)), None);
+        // 99 and 121 share candidates' keys (1's and 2's: k % 7) but no candidate's digest.
+        assert_eq!(top.position(key_of(&sha(99)), &sha(99)), None);
+        assert_eq!(top.position(key_of(&sha(121)), &sha(121)), None);
         // Offered again with a larger estimate, an item is updated in place, not added.
         top.offer(&item(17), &sha(17), 500);
         assert_eq!(top.len(), 20);
