@@ -15,7 +15,7 @@ use super::engine::WriteBatch;
 use super::error::{Result, StoreError};
 use super::model::Event;
 use super::seam::Seam;
-use super::state::{State, TagDict};
+use super::state::{LogTail, State, TagDict};
 use super::{codec, keys, kinds, log, Store};
 use std::sync::Arc;
 
@@ -147,18 +147,18 @@ impl Store {
     /// `fingerprint` is any stable 64-bit hash of the item (the block's item dictionary uses it).
     pub(super) fn append_to_log(
         &self,
-        st: &mut State,
+        log: &mut LogTail<'_>,
         time: i64,
         item: &str,
         fingerprint: u64,
         tags: &[u32],
         extra: &str,
     ) {
-        st.next_seq += 1;
-        st.newest = Some(st.newest.map_or(time, |n| n.max(time)));
-        st.open_block.push(time, item, fingerprint, tags, extra);
-        if st.open_block.is_full() {
-            self.write_full_block(st);
+        *log.next_seq += 1;
+        *log.newest = Some(log.newest.map_or(time, |n| n.max(time)));
+        log.open_block.push(time, item, fingerprint, tags, extra);
+        if log.open_block.is_full() {
+            self.write_full_block(log);
         }
     }
 
@@ -183,17 +183,17 @@ impl Store {
     /// of the log, goes in the next flush or checkpoint batch, after the files are synced. If an
     /// append fails, that block and the ones after it stay sealed in memory and that batch
     /// appends them, reporting any error there.
-    pub(super) fn write_full_block(&self, st: &mut State) {
-        if st.finisher.is_none() {
-            st.finisher = log::Finisher::start();
+    pub(super) fn write_full_block(&self, log: &mut LogTail<'_>) {
+        if log.finisher.is_none() {
+            *log.finisher = log::Finisher::start();
         }
-        st.seal_block();
+        log.seal_block();
         // Blocks go to the files in sequence order (the cut after a crash relies on it). A
         // block is appended once `log::FRAMED_AHEAD` blocks are sealed after it, so its framing
         // overlaps the filling of those; appending at fixed points keeps the order of writes
         // the same whatever the threads' timing (the fault tests count writes).
-        while st.sealed.len() > log::FRAMED_AHEAD {
-            if self.append_oldest_sealed(st).is_err() {
+        while log.sealed.len() > log::FRAMED_AHEAD {
+            if self.append_oldest_sealed(log).is_err() {
                 break;
             }
         }
@@ -201,8 +201,8 @@ impl Store {
 
     /// Appends the oldest sealed block to the log files (framed by the finisher, or here) and
     /// moves its summary to `unindexed`. On failure the block stays sealed.
-    fn append_oldest_sealed(&self, st: &mut State) -> Result<()> {
-        let Some(sealed) = st.sealed.first_mut() else {
+    fn append_oldest_sealed(&self, log: &mut LogTail<'_>) -> Result<()> {
+        let Some(sealed) = log.sealed.first_mut() else {
             return Ok(());
         };
         let first = sealed.block().next_seq() - sealed.block().len() as u64;
@@ -211,8 +211,8 @@ impl Store {
             detail: e.to_string(),
         })?;
         let info = self.append_block(&blob, info)?;
-        st.unindexed.push(info);
-        st.sealed.remove(0);
+        log.unindexed.push(info);
+        log.sealed.remove(0);
         Ok(())
     }
 
@@ -297,11 +297,12 @@ impl Store {
                 })?;
             self.engine.put(batch, keys::tag(id), blob)?;
         }
-        if !st.open_block.is_empty() {
-            st.seal_block();
+        let mut log = st.log_tail();
+        if !log.open_block.is_empty() {
+            log.seal_block();
         }
-        while !st.sealed.is_empty() {
-            self.append_oldest_sealed(st)?;
+        while !log.sealed.is_empty() {
+            self.append_oldest_sealed(&mut log)?;
         }
         if !st.unindexed.is_empty() {
             self.engine.sync_files()?;

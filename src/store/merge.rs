@@ -265,7 +265,14 @@ fn merge_into(
                 if from_log {
                     Arc::make_mut(&mut st.all_time).insert(&ShaWords::of(item.as_bytes()));
                 }
-                out.append_to_log(st, ev.time, &item, fingerprint, &ids, &extra);
+                out.append_to_log(
+                    &mut st.log_tail(),
+                    ev.time,
+                    &item,
+                    fingerprint,
+                    &ids,
+                    &extra,
+                );
                 count += 1;
             })
             .map_err(of_input(input))?;

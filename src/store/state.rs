@@ -91,12 +91,38 @@ impl TagDict {
     }
 }
 impl State {
+    /// The part of the state that appending to the log changes.
+    pub(super) fn log_tail(&mut self) -> LogTail<'_> {
+        LogTail {
+            next_seq: &mut self.next_seq,
+            newest: &mut self.newest,
+            open_block: &mut self.open_block,
+            finisher: &mut self.finisher,
+            sealed: &mut self.sealed,
+            unindexed: &mut self.unindexed,
+        }
+    }
+}
+
+/// The fields of [`State`] that appending events to the log changes, borrowed apart from the
+/// rest, so that an import piece can append its events on one thread while its sets are
+/// updated on another (see `route`).
+pub(super) struct LogTail<'a> {
+    pub(super) next_seq: &'a mut u64,
+    pub(super) newest: &'a mut Option<i64>,
+    pub(super) open_block: &'a mut log::BlockBuilder,
+    pub(super) finisher: &'a mut Option<log::Finisher>,
+    pub(super) sealed: &'a mut Vec<log::SealedBlock>,
+    pub(super) unindexed: &'a mut Vec<log::BlockInfo>,
+}
+
+impl LogTail<'_> {
     /// Moves the open block's events to the sealed blocks (infallible: framing waits for the
     /// write), handing them to the finisher if one runs, and empties the open block for the
     /// events after them.
     pub(super) fn seal_block(&mut self) {
         let full = self.open_block.take_sealed();
-        let sealed = match &self.finisher {
+        let sealed = match &*self.finisher {
             Some(finisher) => finisher.submit(full),
             None => log::SealedBlock::new(full),
         };
