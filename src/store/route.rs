@@ -441,14 +441,22 @@ impl Store {
             (before, after)
         };
         let (before, after) = if events.len() >= PARALLEL_PIECE {
-            std::thread::scope(|scope| {
-                let logged = scope.spawn(|| to_log(&mut log));
+            let (sizes, logged) = std::thread::scope(|scope| {
+                let logging = std::thread::Builder::new()
+                    .name("sketchdb-piece".into())
+                    .spawn_scoped(scope, || to_log(&mut log));
                 let sizes = to_sets();
-                match logged.join() {
-                    Ok(()) => sizes,
-                    Err(panic) => std::panic::resume_unwind(panic),
+                match logging.map(|handle| handle.join()) {
+                    Ok(Ok(())) => (sizes, true),
+                    Ok(Err(panic)) => std::panic::resume_unwind(panic),
+                    // No thread to be had (a process limit): the log is appended here, below.
+                    Err(_) => (sizes, false),
                 }
-            })
+            });
+            if !logged {
+                to_log(&mut log);
+            }
+            sizes
         } else {
             to_log(&mut log);
             to_sets()
@@ -606,6 +614,52 @@ mod tests {
         let mut reader = Reader::default();
         import_ahead(&by_ids, &more, |b| reader.number(b)).expect("ids");
         assert_same_sets(&by_names, &by_ids);
+    }
+
+    /// A piece large enough to append its log on a second thread leaves the store as small
+    /// pieces appended in place do: the same sets, and the same events in the log in order.
+    #[test]
+    fn a_large_piece_logs_beside_its_sets_as_small_ones_log_in_place() {
+        // Lines of chain events' size: about ten blocks fill inside the one piece, and the
+        // oldest are written early, from the piece's second thread.
+        let mut events = spread(0, 6_000);
+        for (i, e) in events.iter_mut().enumerate() {
+            e.extra = format!(
+                "{{\"hash\":\"0x{:064x}\",\"pad\":\"{}\"}}",
+                i * 7919,
+                "ab".repeat(120)
+            );
+        }
+        let whole = vec![events.clone()];
+        let small: Vec<Vec<Event>> = events
+            .chunks(PARALLEL_PIECE / 2)
+            .map(<[Event]>::to_vec)
+            .collect();
+        let (large, in_place) = (store(), store());
+        import_names(&large, &whole).expect("large pieces");
+        import_names(&in_place, &small).expect("small pieces");
+        assert_same_sets(&large, &in_place);
+        let blocks = crate::store::test_support::indexed_blocks(&large).len();
+        assert!(
+            blocks > crate::store::log::FRAMED_AHEAD + 1,
+            "{blocks} blocks"
+        );
+        let logged = |s: &Store| {
+            let mut out = Vec::new();
+            s.scan_events(&Slice::Whole, &TimeRange::all(), |e, event| {
+                out.push(event(e))
+            })
+            .expect("scan");
+            out
+        };
+        let (a, b) = (logged(&large), logged(&in_place));
+        assert_eq!(a.len(), events.len());
+        assert!(a == b, "the logs differ");
+        let mut expected = events.clone();
+        expected.sort_by_key(|e| e.time);
+        let mut got = a.clone();
+        got.sort_by_key(|e| e.time);
+        assert!(got == expected, "the log does not hold the events ingested");
     }
 
     /// Ids that miss a tag, or that the reader never named, are not used: the strings are.
