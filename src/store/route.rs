@@ -390,16 +390,8 @@ impl Store {
         let first_seq = st.next_seq;
         // The sets (and the all-time filter) and the log are apart in the state: a large
         // piece's events go into the log on a second thread while the sets take them here.
-        let mut log = LogTail {
-            next_seq: &mut st.next_seq,
-            newest: &mut st.newest,
-            open_block: &mut st.open_block,
-            finisher: &mut st.finisher,
-            sealed: &mut st.sealed,
-            unindexed: &mut st.unindexed,
-        };
-        let held = &mut st.sets;
-        let all_time = Arc::make_mut(&mut st.all_time);
+        let (mut log, held, all_time) = st.log_and_sets();
+        let all_time = Arc::make_mut(all_time);
         let to_log = |log: &mut LogTail<'_>| {
             for (i, (event, item)) in events.iter().zip(&items).enumerate() {
                 self.append_to_log(
@@ -471,6 +463,7 @@ impl Store {
 mod tests {
     use super::*;
     use crate::store::model::{Slice, TimeRange};
+    use crate::store::test_support::assert_same_set;
     use crate::store::{Config, MemEngine};
     use std::collections::HashMap;
 
@@ -575,17 +568,7 @@ mod tests {
             for day in 0..2 {
                 let x = a.sketch_set(slice, DAY0 + day * DAY_MS).expect("read");
                 let y = b.sketch_set(slice, DAY0 + day * DAY_MS).expect("read");
-                match (x, y) {
-                    (None, None) => {}
-                    (Some(x), Some(y)) => {
-                        assert_eq!(x.events, y.events, "{slice:?} day {day}");
-                        assert!(x.bloom == y.bloom, "{slice:?} day {day}: bloom");
-                        assert!(x.hll == y.hll, "{slice:?} day {day}: hll");
-                        assert!(x.theta == y.theta, "{slice:?} day {day}: theta");
-                        assert!(x.cms == y.cms, "{slice:?} day {day}: count-min");
-                    }
-                    (x, y) => panic!("{slice:?} day {day}: {} and {}", x.is_some(), y.is_some()),
-                }
+                assert_same_set(&format!("{slice:?} day {day}"), x, y);
             }
         }
     }

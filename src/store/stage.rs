@@ -401,19 +401,7 @@ mod tests {
                 let bucket = DAY0 + hour * HOUR_MS;
                 let x = a.sketch_set(&slice, bucket).expect("read");
                 let y = b.sketch_set(&slice, bucket).expect("read");
-                let which = format!("{at}: {slice:?} hour {hour}");
-                match (x, y) {
-                    (None, None) => {}
-                    (Some(x), Some(y)) => {
-                        assert_eq!(x.events, y.events, "{which}: events");
-                        assert!(x.bloom == y.bloom, "{which}: bloom");
-                        assert!(x.hll == y.hll, "{which}: hll");
-                        assert!(x.theta == y.theta, "{which}: theta");
-                        assert!(x.cms == y.cms, "{which}: count-min");
-                        assert_eq!(x.reservoir.seen(), y.reservoir.seen(), "{which}");
-                    }
-                    (x, y) => panic!("{which}: {} and {}", x.is_some(), y.is_some()),
-                }
+                assert_same_set(&format!("{at}: {slice:?} hour {hour}"), x, y);
             }
         }
         for i in [0u64, 1, 350, 699, 700, 5_000] {

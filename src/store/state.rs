@@ -93,14 +93,27 @@ impl TagDict {
 impl State {
     /// The part of the state that appending to the log changes.
     pub(super) fn log_tail(&mut self) -> LogTail<'_> {
-        LogTail {
+        self.log_and_sets().0
+    }
+
+    /// The log's part of the state, and apart from it the sets held and the all-time filter,
+    /// which an import piece updates while its events go into the log.
+    pub(super) fn log_and_sets(
+        &mut self,
+    ) -> (
+        LogTail<'_>,
+        &mut FxHashMap<(u32, i64), Active>,
+        &mut Arc<ScalableBloom>,
+    ) {
+        let log = LogTail {
             next_seq: &mut self.next_seq,
             newest: &mut self.newest,
             open_block: &mut self.open_block,
             finisher: &mut self.finisher,
             sealed: &mut self.sealed,
             unindexed: &mut self.unindexed,
-        }
+        };
+        (log, &mut self.sets, &mut self.all_time)
     }
 }
 

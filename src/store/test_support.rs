@@ -5,6 +5,28 @@ use super::{keys, log, Config, Event, Store, TimeRange, WriteBatch};
 use crate::gen::wallet_address;
 use std::path::PathBuf;
 
+/// Two stores' versions of one set (`which` names it in failures) are both absent, or hold the
+/// same events, Bloom filter, HLL, Theta and Count-Min and have seen as many events for their
+/// reservoirs.
+pub(crate) fn assert_same_set(
+    which: &str,
+    x: Option<crate::sketch::SketchSet<super::model::Sample>>,
+    y: Option<crate::sketch::SketchSet<super::model::Sample>>,
+) {
+    match (x, y) {
+        (None, None) => {}
+        (Some(x), Some(y)) => {
+            assert_eq!(x.events, y.events, "{which}: events");
+            assert!(x.bloom == y.bloom, "{which}: bloom");
+            assert!(x.hll == y.hll, "{which}: hll");
+            assert!(x.theta == y.theta, "{which}: theta");
+            assert!(x.cms == y.cms, "{which}: count-min");
+            assert_eq!(x.reservoir.seen(), y.reservoir.seen(), "{which}: reservoir");
+        }
+        (x, y) => panic!("{which}: {} and {}", x.is_some(), y.is_some()),
+    }
+}
+
 pub(crate) fn tempdir(name: &str) -> PathBuf {
     let dir =
         std::env::temp_dir().join(format!("sketchdb-store-unit-{name}-{}", std::process::id()));
