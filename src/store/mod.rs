@@ -364,6 +364,21 @@ impl Store {
         Ok(st)
     }
 
+    /// What is wrong with an event's tag `field:value`, if anything: the field must be one of
+    /// the store's tag fields, and the value not empty.
+    fn tag_problem(&self, field: &str, value: &str) -> Option<String> {
+        if !self.config.tag_fields.iter().any(|f| f == field) {
+            return Some(format!(
+                "'{field}' is not a tag field of this store (tag fields: {})",
+                self.config.tag_fields.join(", ")
+            ));
+        }
+        if value.is_empty() {
+            return Some(format!("tag '{field}' has an empty value"));
+        }
+        None
+    }
+
     /// Checks a batch without changing anything: every event must have a time in the supported
     /// span, an item and only the configured tag fields, each once, with a value. `tags`:
     /// check the tags too (a reader that numbered them has its new names checked once, and
@@ -389,14 +404,8 @@ impl Store {
                 continue;
             }
             for (field, value) in &e.tags {
-                if !self.config.tag_fields.iter().any(|f| f == field) {
-                    return Err(bad(format!(
-                        "'{field}' is not a tag field of this store (tag fields: {})",
-                        self.config.tag_fields.join(", ")
-                    )));
-                }
-                if value.is_empty() {
-                    return Err(bad(format!("tag '{field}' has an empty value")));
+                if let Some(problem) = self.tag_problem(field, value) {
+                    return Err(bad(problem));
                 }
             }
             // Each pair compared once (this runs for every event of every ingest).
