@@ -45,10 +45,20 @@ pub fn pack_bytes(item: &[u8], out: &mut [u8; PACKED_LEN]) -> bool {
     if item.len() != TEXT_LEN || &item[..2] != b"0x" {
         return false;
     }
+    pack_digits(&item[2..], out)
+}
+
+/// Packs lower-case hex digits, two a byte, into `out` (`digits` is twice its length); `false`
+/// (and `out` unspecified) if any is not one. [`unpack_digits`] writes them back.
+#[inline]
+pub fn pack_digits(digits: &[u8], out: &mut [u8]) -> bool {
+    if digits.len() != 2 * out.len() {
+        return false;
+    }
     // A table lookup per digit and one check at the end, instead of a branch per digit: this
     // runs for every ingested event.
     let mut invalid = 0u8;
-    for (o, pair) in out.iter_mut().zip(item[2..].chunks_exact(2)) {
+    for (o, pair) in out.iter_mut().zip(digits.chunks_exact(2)) {
         let (h, l) = (
             HEX_VALUE[usize::from(pair[0])],
             HEX_VALUE[usize::from(pair[1])],
@@ -59,16 +69,23 @@ pub fn pack_bytes(item: &[u8], out: &mut [u8; PACKED_LEN]) -> bool {
     invalid & 0xf0 == 0
 }
 
+/// Appends two lower-case hex digits a byte of `packed` to `out`, what [`pack_digits`] read.
+#[inline]
+pub fn unpack_digits(packed: &[u8], out: &mut Vec<u8>) {
+    out.reserve(2 * packed.len());
+    for byte in packed {
+        out.push(HEX[usize::from(byte >> 4)]);
+        out.push(HEX[usize::from(byte & 15)]);
+    }
+}
+
 /// Appends the text of a packed wallet to `out`: `0x` and two lower-case hex digits a byte,
 /// exactly what [`pack`] accepted.
 #[inline]
 pub fn unpack(packed: &[u8], out: &mut Vec<u8>) {
     out.reserve(2 + 2 * packed.len());
     out.extend_from_slice(b"0x");
-    for byte in packed {
-        out.push(HEX[usize::from(byte >> 4)]);
-        out.push(HEX[usize::from(byte & 15)]);
-    }
+    unpack_digits(packed, out);
 }
 
 /// [`unpack`] into a string.
