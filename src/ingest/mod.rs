@@ -609,17 +609,36 @@ impl Parser<'_> {
             if self.stopped() {
                 return;
             }
-            line.clear();
-            match reader.read_until(b'\n', &mut line) {
-                Ok(0) => break,
-                Ok(_) => {}
+            // A line whole in the reader's buffer is read where it is (copying each line out
+            // first was 2% of the parser's time on chain lines); one that crosses the buffer's
+            // end, or the file's last line without a newline, is gathered into `line`.
+            let buffered = match reader.fill_buf() {
+                Ok(buf) => memchr::memchr(b'\n', buf).map(|n| n + 1),
                 Err(e) => {
                     let _ = self.out.send(Msg::Io(e));
                     return;
                 }
-            }
+            };
+            let whole = match buffered {
+                Some(n) => n,
+                None => {
+                    line.clear();
+                    match reader.read_until(b'\n', &mut line) {
+                        Ok(0) => break,
+                        Ok(_) => 0,
+                        Err(e) => {
+                            let _ = self.out.send(Msg::Io(e));
+                            return;
+                        }
+                    }
+                }
+            };
+            let read: &[u8] = match whole {
+                0 => &line,
+                n => reader.buffer().get(..n).unwrap_or_default(),
+            };
             self.counts.lines += 1;
-            let mut text: &[u8] = &line;
+            let mut text: &[u8] = read;
             if self.counts.lines == 1 {
                 text = text.strip_prefix(BOM).unwrap_or(text);
             }
@@ -628,6 +647,7 @@ impl Parser<'_> {
             }
             if text.iter().all(u8::is_ascii_whitespace) {
                 self.counts.blank += 1;
+                reader.consume(whole);
                 continue;
             }
             let number = self.counts.lines;
@@ -647,6 +667,7 @@ impl Parser<'_> {
                 }
             }
             first = false;
+            reader.consume(whole);
             if used == BATCH {
                 if let Flow::Stop = self.send(&mut events, &mut used, &mut lines) {
                     return;
@@ -887,6 +908,91 @@ mod tests {
             }
         }
         s
+    }
+
+    /// Gives at most a few bytes a read, so nearly every line crosses the end of the parser's
+    /// buffer and is gathered rather than read in place.
+    struct Trickle<'a> {
+        data: &'a [u8],
+        reads: usize,
+    }
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.reads += 1;
+            let n = (self.reads % 13 + 1).min(buf.len()).min(self.data.len());
+            buf[..n].copy_from_slice(&self.data[..n]);
+            self.data = &self.data[n..];
+            Ok(n)
+        }
+    }
+
+    /// The store's events as (time, item, tags, extra), in log order.
+    fn logged(store: &Store) -> Vec<(i64, String, Vec<u32>, Vec<u8>)> {
+        let mut out = Vec::new();
+        store
+            .scan(&Slice::Whole, &TimeRange::all(), |e| {
+                out.push((
+                    e.time,
+                    e.item.to_text(),
+                    e.tag_ids().to_vec(),
+                    e.extra.to_vec(),
+                ))
+            })
+            .expect("scan");
+        out
+    }
+
+    #[test]
+    fn lines_read_in_the_buffer_and_lines_gathered_across_it_are_the_same_lines() {
+        // A byte order mark, CRLF and LF lines, blank and white-space lines, extra fields,
+        // and a last line without its newline.
+        let mut text = String::from("\u{feff}");
+        for (i, line) in lines(400, None).lines().enumerate() {
+            text.push_str(&line.replace("\"kind\"", &format!("\"n\":{i},\"kind\"")));
+            text.push_str(if i % 3 == 0 { "\r\n" } else { "\n" });
+            if i % 57 == 1 {
+                text.push_str("\n  \t\r\n");
+            }
+        }
+        text.truncate(text.trim_end().len());
+        let mut results = Vec::new();
+        for trickle in [false, true] {
+            let dir = tempdir(if trickle { "trickle" } else { "whole" });
+            let store = Store::create(&dir, Config::default()).expect("create");
+            let summary = if trickle {
+                let reader = Trickle {
+                    data: text.as_bytes(),
+                    reads: 0,
+                };
+                ingest(&store, reader, &Options::default(), &mut |_| {})
+            } else {
+                ingest(&store, text.as_bytes(), &Options::default(), &mut |_| {})
+            }
+            .expect("ingest");
+            // Two blank lines after lines 1, 58, …, 343.
+            assert_eq!((summary.events, summary.lines), (400, 400 + 2 * 7));
+            assert_eq!(summary.blank, 2 * 7);
+            results.push(logged(&store));
+        }
+        assert_eq!(results[0].len(), 400);
+        assert_eq!(results[0], results[1]);
+        // A bad line is named by the same number either way.
+        let bad = lines(300, Some(123));
+        for reader in [
+            Box::new(bad.as_bytes()) as Box<dyn Read + Send>,
+            Box::new(Trickle {
+                data: bad.as_bytes(),
+                reads: 0,
+            }),
+        ] {
+            let dir = tempdir("trickle-bad");
+            let store = Store::create(&dir, Config::default()).expect("create");
+            match ingest(&store, reader, &Options::default(), &mut |_| {}) {
+                Err(IngestError::Bad(b)) => assert_eq!(b.line, 123),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
     }
 
     fn count(store: &Store) -> u64 {
