@@ -397,6 +397,51 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// A store recorded as format 7 (whose blocks hold their extras as text) opens as format 8,
+    /// and every event's extra fields, hex strings among them, read back exactly from the blocks
+    /// written before and after.
+    #[test]
+    fn a_format_seven_store_is_recorded_as_format_eight_and_its_extras_read_back_exactly() {
+        let with_hex = |first: u64, n: u64| -> Vec<Event> {
+            events(first, n)
+                .into_iter()
+                .zip(first..)
+                .map(|(e, i)| Event {
+                    extra: format!(
+                        r#"{{"hash":"0x{:064x}","to":"{}","from":"0x{:040X}","value":"{i}"}}"#,
+                        u128::from(i) << 70 | 0xabc,
+                        wallet_address(5, i),
+                        i
+                    ),
+                    ..e
+                })
+                .collect()
+        };
+        let dir = tempdir("format-7");
+        let store = Store::create(&dir, config()).expect("create");
+        let mut ingested = with_hex(0, 5_000);
+        store.ingest_batch(&ingested).expect("ingest");
+        store.flush().expect("flush");
+        let store = reopened_from_format(store, &dir, 7);
+        let more = with_hex(5_000, 1_000);
+        store.ingest_batch(&more).expect("ingest");
+        store.flush().expect("flush");
+        ingested.extend(more);
+        let mut extras = Vec::new();
+        store
+            .scan(&Slice::Whole, &TimeRange::all(), |e| {
+                extras.push(String::from_utf8(e.extra.to_vec()).expect("text"))
+            })
+            .expect("scan");
+        assert_eq!(extras.len(), ingested.len());
+        for (got, e) in extras.iter().zip(&ingested) {
+            assert_eq!(got, &e.extra);
+        }
+        assert!(store.check().expect("check").is_clean());
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// Events of ~4 KB of hex that compresses to about half, so that a few hundred fill the
     /// 512 KiB test log files.
     fn long_events(first: u64, n: u64, day: i64) -> Vec<Event> {

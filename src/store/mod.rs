@@ -93,7 +93,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::Duration;
 
-/// The on-disk format this build writes. 7: a set whose parts take at most
+/// The on-disk format this build writes. 8: log blocks whose extras' 40- and 64-digit hex
+/// strings are packed (block layout 3); a build that reads only 7 would take those blocks for
+/// damage. 7: a set whose parts take at most
 /// `sets::INLINE_MAX` bytes is stored inline, all five parts in its header value (header
 /// layout 2), one engine value instead of six; a build that reads only 6 would take those
 /// headers for damage. 6: log blocks in append-only files beside sled's
@@ -110,12 +112,12 @@ use std::time::Duration;
 /// and Count-Min sketches start in exact forms, a changed layout. 2: Count-Min rows hashed by
 /// independent SHA-256 words instead of double hashing (a version-1 store's Count-Min tables
 /// would be read under the wrong columns, so it is refused with its version named).
-pub const FORMAT_VERSION: u32 = 7;
-/// The oldest format this build reads: a format-3 to -6 store differs only in what 4 to 7
+pub const FORMAT_VERSION: u32 = 8;
+/// The oldest format this build reads: a format-3 to -7 store differs only in what 4 to 8
 /// added (a format-4 store has no `X` keys, a format-5 one keeps its blocks under `L` keys,
-/// still read where they are, a format-6 one has no inline sets), and every form of blocks,
-/// reservoirs, HyperLogLogs and set headers is read. Opening one records it as format 7
-/// before anything is written in the new forms.
+/// still read where they are, a format-6 one has no inline sets, a format-7 one no packed
+/// extras), and every form of blocks, reservoirs, HyperLogLogs and set headers is read.
+/// Opening one records it as format 8 before anything is written in the new forms.
 pub const OLDEST_FORMAT: u32 = 3;
 /// The blob kind of the store's metadata records (format version, config, checkpoint).
 pub const META_KIND: u8 = kinds::META.blob;
