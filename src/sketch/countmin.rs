@@ -145,9 +145,6 @@ impl TryFrom<StoredForm> for Form {
     }
 }
 
-/// Appends an item as the packed forms store it: a varint marker, 0 for a wallet whose 20 bytes
-/// follow ([`wallet::pack`]), else the item's length + 1 and its bytes. Wallets are nearly every
-/// item, so the marker is one byte on them; a raw item's length had to be written anyway.
 /// An item's first eight bytes as a big-endian number, zero padded: two items in this order are
 /// in byte order, or tied (then the whole items decide).
 fn order_prefix(item: &[u8]) -> u64 {
@@ -157,6 +154,9 @@ fn order_prefix(item: &[u8]) -> u64 {
     u64::from_be_bytes(b)
 }
 
+/// Appends an item as the packed forms store it: a varint marker, 0 for a wallet whose 20 bytes
+/// follow ([`wallet::pack`]), else the item's length + 1 and its bytes. Wallets are nearly every
+/// item, so the marker is one byte on them; a raw item's length had to be written anyway.
 fn put_item(out: &mut Vec<u8>, item: &[u8]) {
     let mut packed = [0u8; wallet::PACKED_LEN];
     if wallet::pack_bytes(item, &mut packed) {
