@@ -160,9 +160,13 @@ impl Store {
                 && t.ids.iter().all(|&id| id >= 1 && id as usize <= named)
         });
         // Without the tags checked, the first error found may not be the first event's:
-        // the full check names that one.
-        self.check_batch(events, reader_tags.is_none())
-            .or_else(|_| self.check_batch(events, true))?;
+        // the full check names that one (with them checked, it already has).
+        let trusted = reader_tags.is_some();
+        self.check_batch(events, !trusted)
+            .or_else(|e| match trusted {
+                true => self.check_batch(events, true),
+                false => Err(e),
+            })?;
         if !st.importing {
             let tags_before = st.tags.names.len();
             let applied = self
