@@ -225,7 +225,7 @@ fn a_format_1_store_is_refused_by_name_not_misread() {
             StoreError::UnsupportedVersion {
                 found: 1,
                 oldest: 3,
-                supported: 8,
+                supported: 9,
                 ..
             }
         ),
@@ -234,7 +234,7 @@ fn a_format_1_store_is_refused_by_name_not_misread() {
     let msg = err.to_string();
     assert!(
         msg.contains("version 1")
-            && msg.contains("versions 3 to 8")
+            && msg.contains("versions 3 to 9")
             && msg.contains(&dir.display().to_string()),
         "{msg}"
     );

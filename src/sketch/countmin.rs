@@ -96,9 +96,10 @@ enum Form {
 }
 
 /// A form as stored. Layout 3 wrote the first two variants (items as text, counts and
-/// estimates at 8 bytes, each candidate with its digest); layout 4 writes the last two, whose
-/// items and counts are packed ([`PackedCounts`], [`PackedTopK`]). New variants go at the end,
-/// so one type reads both layouts.
+/// estimates at 8 bytes, each candidate with its digest); layout 4 wrote the next two, whose
+/// items and counts are packed ([`PackedCounts`], [`PackedTopK`]) but whose table still took 8
+/// bytes a counter; layout 5 writes `PackedExact` and `VarintTable`, whose counters are varints
+/// ([`varint_table`]). New variants go at the end, so one type reads every layout.
 #[derive(Deserialize)]
 #[serde(rename = "Form")]
 enum StoredForm {
@@ -106,22 +107,50 @@ enum StoredForm {
     Table { table: Vec<u64>, top: TopK },
     PackedExact(PackedCounts),
     PackedTable { table: Vec<u64>, top: PackedTopK },
+    VarintTable { table: Bytes, top: PackedTopK },
 }
 
-/// Variant numbers of [`StoredForm`]'s packed forms, which [`Form`]'s serializer writes.
+/// Variant numbers of the [`StoredForm`]s that [`Form`]'s serializer writes.
 const PACKED_EXACT: u32 = 2;
-const PACKED_TABLE: u32 = 3;
+const VARINT_TABLE: u32 = 4;
+
+/// A table's counters as varints, row after row. The table takes over from the exact counts
+/// only once it is the smaller (past about 1,200 wallets at the defaults), so most of its
+/// counters hold a few events and take one byte instead of eight. On a day of 500k chain
+/// events with a 2,000-value tag the Count-Min parts of the sets stored apart from their headers
+/// went from 5.35 MB to 2.02 MB; sled writes each value about three times over, and its writes
+/// bound the end of a large import (`docs/STORAGE.md`, "Measured: varint tables").
+fn varint_table(table: &[u64]) -> Bytes {
+    let mut out = Vec::with_capacity(table.len() + table.len() / 4);
+    for &c in table {
+        put_varint(&mut out, c);
+    }
+    Bytes(out)
+}
+
+/// Reads [`varint_table`]'s counters. Each takes at least a byte, so what a damaged table makes
+/// this allocate is bounded by the blob's own length; its shape is checked with the rest of the
+/// sketch (`validate`).
+fn read_varint_table(bytes: &[u8]) -> Result<Vec<u64>, String> {
+    let mut r = Reader::new(bytes);
+    let mut table = Vec::with_capacity(bytes.len());
+    while !r.is_empty() {
+        table.push(r.varint().map_err(|e| format!("table counter: {e}"))?);
+    }
+    table.shrink_to_fit();
+    Ok(table)
+}
 
 impl Serialize for Form {
-    /// Always a packed variant; the table is written from where it lies, not copied.
+    /// Always the newest layout's variants.
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
             Form::Exact(c) => {
                 s.serialize_newtype_variant("Form", PACKED_EXACT, "PackedExact", &c.packed())
             }
             Form::Table { table, top } => {
-                let mut v = s.serialize_struct_variant("Form", PACKED_TABLE, "PackedTable", 2)?;
-                v.serialize_field("table", table)?;
+                let mut v = s.serialize_struct_variant("Form", VARINT_TABLE, "VarintTable", 2)?;
+                v.serialize_field("table", &varint_table(table))?;
                 v.serialize_field("top", &top.packed())?;
                 v.end()
             }
@@ -139,6 +168,10 @@ impl TryFrom<StoredForm> for Form {
             StoredForm::PackedExact(p) => Form::Exact(ExactCounts::from_packed(&p.0 .0)?),
             StoredForm::PackedTable { table, top } => Form::Table {
                 table,
+                top: TopK::from_packed(top)?,
+            },
+            StoredForm::VarintTable { table, top } => Form::Table {
+                table: read_varint_table(&table.0)?,
                 top: TopK::from_packed(top)?,
             },
         })
@@ -926,15 +959,87 @@ fn add_to_cells(table: &mut [u64], cells: &[usize], count: u64, conservative: bo
     }
 }
 
+#[cfg(test)]
+impl CountMin {
+    /// The bytes of this table-form sketch with its table written as `table` (`None`: at 8 bytes
+    /// a counter, as layout 4 wrote it; `Some`: the varint bytes given, at layout 5), the other
+    /// fields and the heap as this build writes them: older stores and forged damage for tests.
+    pub(crate) fn encode_table_as(&self, table: Option<Bytes>) -> Vec<u8> {
+        #[derive(Serialize)]
+        #[serde(rename = "Form")]
+        enum TableForm<'a> {
+            _Exact,
+            _Table,
+            _PackedExact,
+            PackedTable {
+                table: &'a Vec<u64>,
+                top: PackedTopK,
+            },
+            VarintTable {
+                table: Bytes,
+                top: PackedTopK,
+            },
+        }
+        #[derive(Serialize)]
+        struct Sketch<'a> {
+            width: TableSize,
+            depth: u32,
+            epsilon: f64,
+            delta: f64,
+            conservative: bool,
+            total: u64,
+            top_k: usize,
+            form: TableForm<'a>,
+        }
+        let Form::Table {
+            table: counters,
+            top,
+        } = &self.form
+        else {
+            panic!("a table-form sketch")
+        };
+        let (form, version) = match table {
+            None => (
+                TableForm::PackedTable {
+                    table: counters,
+                    top: top.packed(),
+                },
+                4,
+            ),
+            Some(bytes) => (
+                TableForm::VarintTable {
+                    table: bytes,
+                    top: top.packed(),
+                },
+                5,
+            ),
+        };
+        let sketch = Sketch {
+            width: self.width,
+            depth: self.depth,
+            epsilon: self.epsilon,
+            delta: self.delta,
+            conservative: self.conservative,
+            total: self.total,
+            top_k: self.top_k,
+            form,
+        };
+        crate::codec::encode_versioned(SketchKind::CountMin as u8, version, &sketch)
+            .expect("encode")
+    }
+}
+
 impl Sketch for CountMin {
     const KIND: SketchKind = SketchKind::CountMin;
-    /// 4: items packed (a wallet in 20 bytes), counts and estimates as varints, candidates
-    /// without their digests (new variants of the stored form, so layout 3 reads as it was).
+    /// 5: the table's counters as varints (a variant added, so layouts 3 and 4 read as they
+    /// were). 4: items packed (a wallet in 20 bytes), counts and estimates as varints,
+    /// candidates without their digests (new variants of the stored form, so layout 3 reads as
+    /// it was).
     /// 3: a sketch is either its exact counts or its table and heap. (2: rows hashed by
     /// independent digest words, candidates carrying the whole digest. A version-1 table was
     /// filled by double hashing; its counters mean nothing under the new columns.) An older blob
     /// than 3 is refused rather than read.
-    const VERSION: u16 = 4;
+    const VERSION: u16 = 5;
     const OLDEST_VERSION: u16 = 3;
 
     /// Exact with exact: the summed counts, exact while they fit (else converted from the
@@ -2504,6 +2609,93 @@ mod tests {
         assert!(old >= base_old + table + 90 * 100, "layout 3: {old} bytes");
     }
 
+    /// Bytes of a LEB128 varint of `v`.
+    fn varint_len(v: u64) -> usize {
+        (64 - v.leading_zeros()).max(1).div_ceil(7) as usize
+    }
+
+    /// At the default size (2,719 x 5), 2,500 wallets seen twice leave every counter below 128:
+    /// the table takes a byte a counter where layout 4 took eight. The difference is exactly
+    /// what the varints save, so a table written at any other width fails; and a layout-4 table
+    /// still reads as the same sketch, which goes on as the live one.
+    #[test]
+    fn a_table_takes_a_byte_a_small_counter_and_layout_four_tables_still_read() {
+        let mut t = CountMin::new(0.001, 0.01, 100).expect("size");
+        for i in 0..5_000u64 {
+            t.add_bytes(wallet(64, i % 2_500).as_bytes(), 1);
+        }
+        let Form::Table { table, .. } = &t.form else {
+            panic!("2,500 wallets outgrow the exact form")
+        };
+        assert_eq!(table.len(), 5 * 2_719);
+        let varints: usize = table.iter().map(|&c| varint_len(c)).sum();
+        assert_eq!(varints, table.len(), "every counter below 128");
+        let new = t.encode().expect("encode");
+        let old = t.encode_table_as(None);
+        assert_eq!(u16::from_le_bytes([old[4], old[5]]), 4);
+        assert_eq!(old.len() - new.len(), 8 * table.len() - varints);
+        assert!(
+            new.len() * 3 < old.len(),
+            "{} against {}",
+            new.len(),
+            old.len()
+        );
+        let mut back = CountMin::decode(&old).expect("a layout-4 table reads");
+        assert_eq!(back, t);
+        assert_eq!(back.top(100), t.top(100));
+        let mut live = t.clone();
+        for i in 0..3_000u64 {
+            let w = wallet(66, i % 700);
+            back.add_bytes(w.as_bytes(), 1 + i % 3);
+            live.add_bytes(w.as_bytes(), 1 + i % 3);
+        }
+        assert_eq!(back, live);
+        assert_eq!(back.top(10), live.top(10));
+    }
+
+    /// Counters of every varint length, up to 2^62, come back as they were.
+    #[test]
+    fn table_counters_of_every_length_round_trip() {
+        let mut c = holding(0.1, &mixed_items());
+        for (i, shift) in [7u32, 13, 14, 21, 28, 35, 49, 56, 62]
+            .into_iter()
+            .enumerate()
+        {
+            c.add_bytes(wallet(65, i as u64).as_bytes(), 1 << shift);
+        }
+        let Form::Table { table, .. } = &c.form else {
+            panic!("a 29 x 5 table")
+        };
+        let longest = table.iter().map(|&v| varint_len(v)).max();
+        assert_eq!(longest, Some(9), "a counter at or above 2^56");
+        let back = CountMin::decode(&c.encode().expect("encode")).expect("decode");
+        assert_eq!(back, c);
+        assert_eq!(back.top(100), c.top(100));
+    }
+
+    /// A varint table cut short, or one counter short of the table's shape, is an error naming
+    /// what is wrong (inside a valid frame, so no checksum stands in for the check).
+    #[test]
+    fn a_damaged_varint_table_is_an_error() {
+        let t = holding(0.1, &mixed_items());
+        let Form::Table { table, .. } = &t.form else {
+            panic!("a 29 x 5 table")
+        };
+        let whole = varint_table(table).0;
+        assert_eq!(
+            CountMin::decode(&t.encode_table_as(Some(Bytes(whole.clone())))),
+            Ok(t.clone()),
+            "the forged blob with the true table reads"
+        );
+        let mut cut = whole.clone();
+        cut.push(0x80);
+        let err = CountMin::decode(&t.encode_table_as(Some(Bytes(cut)))).expect_err("cut");
+        assert!(err.to_string().contains("table counter"), "{err}");
+        let short = whole[..whole.len() - varint_len(table[table.len() - 1])].to_vec();
+        let err = CountMin::decode(&t.encode_table_as(Some(Bytes(short)))).expect_err("short");
+        assert!(err.to_string().contains("144 counters for 5x29"), "{err}");
+    }
+
     #[test]
     fn damaged_packed_forms_are_errors_never_panics() {
         let items = mixed_items();
@@ -2516,10 +2708,11 @@ mod tests {
         };
         let packed = counts.packed().0 .0;
         let blob = c.encode().expect("encode");
-        let payload = crate::codec::unframe_any(SketchKind::CountMin as u8, 4, &blob)
-            .expect("unframe")
-            .1
-            .to_vec();
+        let payload =
+            crate::codec::unframe_any(SketchKind::CountMin as u8, CountMin::VERSION, &blob)
+                .expect("unframe")
+                .1
+                .to_vec();
         assert!(payload.ends_with(&packed));
         let head = &payload[..payload.len() - packed.len() - 8];
         let with = |bytes: &[u8]| {

@@ -397,11 +397,11 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    /// A store recorded as format 7 (whose blocks hold their extras as text) opens as format 8,
-    /// and every event's extra fields, hex strings among them, read back exactly from the blocks
-    /// written before and after.
+    /// A store recorded as format 7 (whose blocks hold their extras as text) opens as the current
+    /// format, and every event's extra fields, hex strings among them, read back exactly from
+    /// the blocks written before and after.
     #[test]
-    fn a_format_seven_store_is_recorded_as_format_eight_and_its_extras_read_back_exactly() {
+    fn a_format_seven_store_is_recorded_as_current_and_its_extras_read_back_exactly() {
         let with_hex = |first: u64, n: u64| -> Vec<Event> {
             events(first, n)
                 .into_iter()

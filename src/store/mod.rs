@@ -93,7 +93,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::Duration;
 
-/// The on-disk format this build writes. 8: log blocks whose extras' 40- and 64-digit hex
+/// The on-disk format this build writes. 9: Count-Min tables with varint counters
+/// (`CountMin::VERSION` 5); a build that reads only 8 would take them for damage. 8: log blocks
+/// whose extras' 40- and 64-digit hex
 /// strings are packed (block layout 3); a build that reads only 7 would take those blocks for
 /// damage. 7: a set whose parts take at most
 /// `sets::INLINE_MAX` bytes is stored inline, all five parts in its header value (header
@@ -112,12 +114,13 @@ use std::time::Duration;
 /// and Count-Min sketches start in exact forms, a changed layout. 2: Count-Min rows hashed by
 /// independent SHA-256 words instead of double hashing (a version-1 store's Count-Min tables
 /// would be read under the wrong columns, so it is refused with its version named).
-pub const FORMAT_VERSION: u32 = 8;
-/// The oldest format this build reads: a format-3 to -7 store differs only in what 4 to 8
+pub const FORMAT_VERSION: u32 = 9;
+/// The oldest format this build reads: a format-3 to -8 store differs only in what 4 to 9
 /// added (a format-4 store has no `X` keys, a format-5 one keeps its blocks under `L` keys,
 /// still read where they are, a format-6 one has no inline sets, a format-7 one no packed
-/// extras), and every form of blocks, reservoirs, HyperLogLogs and set headers is read.
-/// Opening one records it as format 8 before anything is written in the new forms.
+/// extras, a format-8 one no varint tables), and every form of blocks, reservoirs,
+/// HyperLogLogs, Count-Min sketches and set headers is read. Opening one records it as format
+/// 9 before anything is written in the new forms.
 pub const OLDEST_FORMAT: u32 = 3;
 /// The blob kind of the store's metadata records (format version, config, checkpoint).
 pub const META_KIND: u8 = kinds::META.blob;

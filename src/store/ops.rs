@@ -991,7 +991,7 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use crate::sketch::{Reservoir, Sketch};
+    use crate::sketch::{CountMin, Reservoir, Sketch};
     use crate::store::keys::{self, Part};
     use crate::store::test_support::*;
     use crate::store::*;
@@ -1197,6 +1197,49 @@ mod tests {
         assert_eq!(old.estimate(), hll.register_estimate());
         let report = store.check().expect("check");
         assert!(report.damaged.is_empty(), "{:?}", report.damaged);
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A format-8 store holds Count-Min tables at 8 bytes a counter (layout 4): the store is
+    /// recorded in the current format on open, the old table is what is read (and answers as
+    /// it did), the store checks clean, and the next checkpoint of the set writes it as layout 5.
+    #[test]
+    fn a_format_eight_store_is_read_and_recorded_as_format_nine() {
+        let dir = tempdir("format-8");
+        let store = Store::create(&dir, config()).expect("create");
+        store.ingest_batch(&with_extra(0, 5_000)).expect("ingest");
+        store.checkpoint().expect("checkpoint");
+        let whole = |store: &Store| {
+            let m = store
+                .merged_countmin(&Slice::Whole, &TimeRange::all())
+                .expect("count-min");
+            assert_eq!(m.buckets, 1, "one bucket, so nothing merged");
+            m.sketch.expect("a sketch")
+        };
+        let cms = whole(&store);
+        assert!(!cms.is_exact(), "5,000 wallets take the table form");
+        let bucket = store.config.bucket.bucket_of(events(0, 1)[0].time);
+        let key = keys::sketch(Part::CountMin, keys::WHOLE, bucket);
+        let layout = |store: &Store| {
+            let blob = store
+                .engine
+                .get(&key)
+                .expect("get")
+                .expect("a set stored apart");
+            u16::from_le_bytes([blob[4], blob[5]])
+        };
+        assert_eq!(layout(&store), CountMin::VERSION);
+        poke(&store, &key, Some(cms.encode_table_as(None)));
+        let store = reopened_from_format(store, &dir, 8);
+        assert_eq!(layout(&store), 4);
+        assert_eq!(whole(&store), cms);
+        let report = store.check().expect("check");
+        assert!(report.damaged.is_empty(), "{:?}", report.damaged);
+        store.ingest_batch(&with_extra(5_000, 100)).expect("ingest");
+        store.checkpoint().expect("checkpoint");
+        assert_eq!(layout(&store), CountMin::VERSION);
+        assert_eq!(whole(&store).total(), 5_100);
         drop(store);
         let _ = std::fs::remove_dir_all(&dir);
     }
