@@ -70,7 +70,8 @@ impl Store {
             return Ok(());
         }
         let mut batch = WriteBatch::default();
-        self.log_into(st, &mut batch)?;
+        let unsynced = self.append_pending(st)?;
+        self.index_into(st, &mut batch)?;
         let pos = st.next_seq;
         let dirty: Vec<((u32, i64), &SketchSet<Sample>, bool)> = st
             .sets
@@ -78,7 +79,26 @@ impl Store {
             .filter(|(_, a)| a.dirty)
             .map(|(&key, a)| (key, &*a.set, a.split))
             .collect();
-        let encoded = self.encode_sets(&st.tags, &dirty, pos);
+        // The log files are synced (waiting on the disk) while the sets are encoded (on the
+        // cores); the batch with the blocks' index entries is applied only after both.
+        let (synced, encoded) = std::thread::scope(|scope| {
+            let syncing = unsynced.then(|| {
+                std::thread::Builder::new()
+                    .name("sketchdb-sync".into())
+                    .spawn_scoped(scope, || self.engine.sync_files())
+            });
+            let encoded = self.encode_sets(&st.tags, &dirty, pos);
+            let synced = match syncing {
+                None => Ok(()),
+                Some(Ok(handle)) => handle
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                // No thread to be had: synced here, after the encoding.
+                Some(Err(_)) => self.engine.sync_files(),
+            };
+            (synced, encoded)
+        });
+        synced?;
         let mut written: Vec<((u32, i64), bool)> = Vec::with_capacity(dirty.len());
         for ((set, _, _), encoded) in dirty.iter().zip(encoded) {
             let split = self.put_encoded(Stored::Committed, &mut batch, *set, encoded?)?;
