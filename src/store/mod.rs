@@ -94,7 +94,9 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::Duration;
 
 /// The on-disk format this build writes. 9: Count-Min tables with varint counters
-/// (`CountMin::VERSION` 5); a build that reads only 8 would take them for damage. 8: log blocks
+/// (`CountMin::VERSION` 5) and log blocks whose wallets, addresses and hashes are compressed
+/// apart from the events (block layout 4); a build that reads only 8 would take both for
+/// damage. 8: log blocks
 /// whose extras' 40- and 64-digit hex
 /// strings are packed (block layout 3); a build that reads only 7 would take those blocks for
 /// damage. 7: a set whose parts take at most
@@ -118,7 +120,7 @@ pub const FORMAT_VERSION: u32 = 9;
 /// The oldest format this build reads: a format-3 to -8 store differs only in what 4 to 9
 /// added (a format-4 store has no `X` keys, a format-5 one keeps its blocks under `L` keys,
 /// still read where they are, a format-6 one has no inline sets, a format-7 one no packed
-/// extras, a format-8 one no varint tables), and every form of blocks, reservoirs,
+/// extras, a format-8 one no varint tables or blocks of layout 4), and every form of blocks, reservoirs,
 /// HyperLogLogs, Count-Min sketches and set headers is read. Opening one records it as format
 /// 9 before anything is written in the new forms.
 pub const OLDEST_FORMAT: u32 = 3;

@@ -44,7 +44,7 @@ pub(crate) struct View {
     /// Blocks written under their `L` keys whose `I` entries were still to come.
     unindexed: Vec<BlockInfo>,
     /// Events not yet on disk when published: sealed blocks and the open one, as raw bodies.
-    pending: Vec<(BlockInfo, Arc<Vec<u8>>)>,
+    pending: Vec<(BlockInfo, Arc<log::Pending>)>,
     pub(crate) log_retained_from: Option<i64>,
     /// Sets holding imported sketches, by family (see `imported`).
     pub(crate) imported: std::collections::BTreeMap<(u32, i64), super::ImportedSets>,
