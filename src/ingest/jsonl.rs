@@ -180,7 +180,7 @@ impl<'a> Ctx<'a> {
     /// [`Ctx::read_field`] but for naming the field; `plain` if the key had no escapes.
     fn read_value<E: de::Error>(&mut self, key: &str, plain: bool, raw: &str) -> Result<(), E> {
         let map = self.map;
-        if *key == *map.time {
+        if names(key, &map.time) {
             if self.time.is_some() {
                 return Err(self.fail(key, "appears twice".into()));
             }
@@ -197,7 +197,7 @@ impl<'a> Ctx<'a> {
                 Ok(ms) => self.time = Some(ms),
                 Err(reason) => return Err(self.fail(key, reason)),
             }
-        } else if *key == *map.item {
+        } else if names(key, &map.item) {
             if self.item.is_some() {
                 return Err(self.fail(key, "appears twice".into()));
             }
@@ -215,7 +215,8 @@ impl<'a> Ctx<'a> {
                     ))
                 }
             }
-        } else if let Some((store_field, _)) = map.tags.iter().find(|(_, source)| **source == *key)
+        } else if let Some((store_field, _)) =
+            map.tags.iter().find(|(_, source)| names(key, source))
         {
             match Scalar::of(raw)?.text() {
                 // An empty or null tag is no tag: the event still counts in the whole stream.
@@ -253,6 +254,15 @@ impl<'a> Ctx<'a> {
         }
         Ok(())
     }
+}
+
+/// Whether a line's key is the field name `name`. Every key of every line is held against the
+/// mapping's names, and most have another's length but not its first byte (`hash` and `time`,
+/// `value` and `chain`): comparing those first leaves the call to `memcmp`, which `==` makes
+/// whenever lengths agree (a tenth of the parser's time on chain lines), to the keys that match.
+#[inline]
+fn names(key: &str, name: &str) -> bool {
+    key.len() == name.len() && key.as_bytes().first() == name.as_bytes().first() && key == name
 }
 
 struct LineVisitor<'a, 'b> {

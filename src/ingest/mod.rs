@@ -346,7 +346,8 @@ fn ingest_with(
             counts: Summary::default(),
             width: store.config().bucket,
             buckets: FxHashSet::default(),
-            tags: FxHashMap::default(),
+            last_bucket: None,
+            tags: Vec::new(),
             named: Some(0),
         };
         let format = options.format;
@@ -477,9 +478,13 @@ struct Parser<'m> {
     counts: Summary,
     width: BucketWidth,
     buckets: FxHashSet<i64>,
+    /// The bucket last put in `buckets`.
+    last_bucket: Option<i64>,
     /// Every tag sent, numbered from 1 in the order first met: the store maps the numbers to
     /// its ids once per new tag, instead of hashing every event's tag strings on its thread.
-    tags: FxHashMap<String, FxHashMap<String, u32>>,
+    /// Per field, in the order first met: a store has a few tag fields, found by comparing
+    /// their names (hashing each event's field names cost as much as the value lookup).
+    tags: Vec<(String, FxHashMap<String, u32>)>,
     /// The last number given; `None` once they ran out (the store then reads the strings).
     named: Option<u32>,
 }
@@ -572,18 +577,28 @@ impl Parser<'_> {
     /// Notes the bucket and tags of an event about to be sent, for the summary, and its tags'
     /// numbers in `ids`, naming in `new` the tags it is the first to carry.
     fn tally(&mut self, e: &Event, ids: &mut Vec<u32>, new: &mut Vec<(String, String)>) {
-        self.buckets.insert(self.width.bucket_of(e.time));
+        // Events come in time order mostly, so most share the previous one's bucket.
+        let bucket = self.width.bucket_of(e.time);
+        if self.last_bucket != Some(bucket) {
+            self.buckets.insert(bucket);
+            self.last_bucket = Some(bucket);
+        }
         for (f, v) in &e.tags {
-            if let Some(&id) = self.tags.get(f.as_str()).and_then(|vs| vs.get(v.as_str())) {
+            let field = match self.tags.iter().position(|(name, _)| name == f) {
+                Some(i) => i,
+                None => {
+                    self.tags.push((f.clone(), FxHashMap::default()));
+                    self.tags.len() - 1
+                }
+            };
+            let values = &mut self.tags[field].1;
+            if let Some(&id) = values.get(v.as_str()) {
                 ids.push(id);
                 continue;
             }
             let id = self.named.and_then(|n| n.checked_add(1));
             self.named = id;
-            self.tags
-                .entry(f.clone())
-                .or_default()
-                .insert(v.clone(), id.unwrap_or(0));
+            values.insert(v.clone(), id.unwrap_or(0));
             ids.push(id.unwrap_or(0));
             new.push((f.clone(), v.clone()));
         }
