@@ -119,7 +119,8 @@ const VARINT_TABLE: u32 = 4;
 /// counters hold a few events and take one byte instead of eight. On a day of 500k chain
 /// events with a 2,000-value tag the Count-Min parts of the sets stored apart from their headers
 /// went from 5.35 MB to 2.02 MB; sled writes each value about three times over, and its writes
-/// bound the end of a large import (`docs/STORAGE.md`, "Measured: varint tables").
+/// bound the end of a large import (`docs/STORAGE.md`, "Measured: varint tables, the log's
+/// streams apart").
 fn varint_table(table: &[u64]) -> Bytes {
     let mut out = Vec::with_capacity(table.len() + table.len() / 4);
     for &c in table {

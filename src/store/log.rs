@@ -29,9 +29,9 @@
 //! of the extras (the addresses a chain event sends to, often repeated) to the *addresses*
 //! stream; the events keep their markers. zstd passes over a stream of random bytes at gigabytes
 //! a second and still shortens one that is not (hashes of zero-padded numbers). On a day of
-//! chain events this made the log 11% smaller and its compression about a third cheaper
-//! (`docs/STORAGE.md`, "Measured: the log's streams apart"). Layouts 1 (the events
-//! uncompressed), 2 and 3 are still read.
+//! chain events this made the log 9% smaller and its compression about a third cheaper
+//! (`docs/STORAGE.md`, "Measured: varint tables, the log's streams apart"). Layouts 1 (the
+//! events uncompressed), 2 and 3 are still read.
 //!
 //! This module only encodes and decodes blocks (a full block on the [`Finisher`]'s thread, so
 //! that compressing it overlaps the filling of the next); where and when they are stored is the
@@ -1231,7 +1231,7 @@ mod tests {
         let (_, [v1, v2, v3, v4]) = layouts(&events, &tags);
         assert!(v2.len() < v1.len(), "{} against {}", v2.len(), v1.len());
         // 14% smaller than layout 3 on these events (297,706 against 346,096 bytes); on a day of
-        // `gen chains` lines, 11%.
+        // `gen chains` lines, 9% (43.3 to 39.2 MB for the contract day).
         assert!(
             v4.len() * 100 < v3.len().min(v2.len()) * 95,
             "{} against {} and {}",
