@@ -63,15 +63,30 @@ pub fn encode<T: Serialize>(kind: u8, value: &T) -> Result<Vec<u8>, CodecError> 
 }
 
 /// Frames `value` as a blob of the given kind whose payload layout is at `version`.
+///
+/// The payload is serialized once, straight into the frame, and its length filled in after:
+/// bincode's `serialize` first runs the whole serializer to size its buffer, and a sketch's
+/// serializer sorts and packs what it holds (an exact Count-Min's items, a Bloom filter's
+/// fingerprints), so that sizing pass was half of encoding a large import's sets.
 pub fn encode_versioned<T: Serialize>(
     kind: u8,
     version: u16,
     value: &T,
 ) -> Result<Vec<u8>, CodecError> {
-    let payload = options()
-        .serialize(value)
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&version.to_le_bytes());
+    out.push(kind);
+    out.extend_from_slice(&[0; 4]);
+    options()
+        .serialize_into(&mut out, value)
         .map_err(|e| CodecError::Serialize(e.to_string()))?;
-    frame_versioned(kind, version, &[&payload])
+    let payload_len = u32::try_from(out.len() - HEADER_LEN)
+        .map_err(|_| CodecError::Serialize("payload over 4 GiB".into()))?;
+    out[HEADER_LEN - 4..HEADER_LEN].copy_from_slice(&payload_len.to_le_bytes());
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    Ok(out)
 }
 
 /// Frames bytes the caller encoded itself (the event log's columnar blocks), with the same
@@ -242,6 +257,32 @@ fn unframe_versioned(kind: u8, supported: u16, bytes: &[u8]) -> Result<&[u8], Co
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Serializes as a few fields and counts how often it was serialized.
+    struct Counted<'a>(&'a std::cell::Cell<u32>, Vec<u64>);
+
+    impl serde::Serialize for Counted<'_> {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            self.0.set(self.0.get() + 1);
+            (7u8, &self.1, "text").serialize(s)
+        }
+    }
+
+    /// Serialized once into the frame, to the bytes framing the serialized payload gives.
+    #[test]
+    fn a_value_is_serialized_once_into_the_same_frame() {
+        let calls = std::cell::Cell::new(0);
+        for n in [0u64, 1, 1_000, 100_000] {
+            let value = Counted(&calls, (0..n).collect());
+            calls.set(0);
+            let blob = encode_versioned(9, 3, &value).expect("encode");
+            assert_eq!(calls.get(), 1, "{n} values");
+            let payload = options().serialize(&value).expect("serialize");
+            assert_eq!(blob, frame_versioned(9, 3, &[&payload]).expect("frame"));
+            let back: (u8, Vec<u64>, String) = decode_versioned(9, 3, &blob).expect("decode");
+            assert_eq!(back, (7, (0..n).collect(), "text".to_string()));
+        }
+    }
 
     #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
     struct Sample {

@@ -223,8 +223,9 @@ impl<E: Serialize + DeserializeOwned + Clone + HeapSize> Sketch for SketchSet<E>
     const KIND: SketchKind = SketchKind::SketchSet;
     /// 6: the Count-Min inside writes its table's counters as varints (`CountMin::VERSION` 5, a
     /// variant added, so layouts 3 to 5 read as they were). 5: the Count-Min inside is packed
-    /// (`CountMin::VERSION` 4, variants added, so layouts 3 and 4 read as they were). 4: the HyperLogLog inside may hold its HIP accumulator (`HyperLogLog::VERSION` 2, a
-    /// variant added, so layout 3 reads as it was). 3: the Bloom filter and Count-Min inside
+    /// (`CountMin::VERSION` 4, variants added, so layouts 3 and 4 read as they were). 4: the
+    /// HyperLogLog inside may hold its HIP accumulator (`HyperLogLog::VERSION` 2, a variant
+    /// added, so layout 3 reads as it was). 3: the Bloom filter and Count-Min inside
     /// have exact forms (`BloomFilter::VERSION` 2, `CountMin::VERSION` 3). 2: the Count-Min
     /// inside changed layout and hashing.
     const VERSION: u16 = 6;
