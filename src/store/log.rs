@@ -611,10 +611,9 @@ impl BlockBuilder {
         }
     }
 
-    /// The framed block and its summary.
-    /// The framed block: the header, then the compressed events and the compressed addresses
-    /// each after its length (a varint; 0 for no addresses), then the compressed unique values
-    /// to the end (nothing for none).
+    /// The framed block and its summary. The frame holds the header, then the compressed events
+    /// and the compressed addresses each after its length (a varint; 0 for no addresses), then
+    /// the compressed unique values to the end (nothing for none).
     pub fn finish(&self) -> Result<(Vec<u8>, BlockInfo), CodecError> {
         let info = self.info();
         if self.raw_len() > MAX_BODY {
