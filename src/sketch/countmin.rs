@@ -101,6 +101,7 @@ enum Form {
 /// bytes a counter; layout 5 writes `PackedExact` and `VarintTable`, whose counters are varints
 /// ([`varint_table`]). New variants go at the end, so one type reads every layout.
 #[derive(Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
 #[serde(rename = "Form")]
 enum StoredForm {
     Exact(ExactCounts),
@@ -966,32 +967,6 @@ impl CountMin {
     /// a counter, as layout 4 wrote it; `Some`: the varint bytes given, at layout 5), the other
     /// fields and the heap as this build writes them: older stores and forged damage for tests.
     pub(crate) fn encode_table_as(&self, table: Option<Bytes>) -> Vec<u8> {
-        #[derive(Serialize)]
-        #[serde(rename = "Form")]
-        enum TableForm<'a> {
-            _Exact,
-            _Table,
-            _PackedExact,
-            PackedTable {
-                table: &'a Vec<u64>,
-                top: PackedTopK,
-            },
-            VarintTable {
-                table: Bytes,
-                top: PackedTopK,
-            },
-        }
-        #[derive(Serialize)]
-        struct Sketch<'a> {
-            width: TableSize,
-            depth: u32,
-            epsilon: f64,
-            delta: f64,
-            conservative: bool,
-            total: u64,
-            top_k: usize,
-            form: TableForm<'a>,
-        }
         let Form::Table {
             table: counters,
             top,
@@ -1001,21 +976,27 @@ impl CountMin {
         };
         let (form, version) = match table {
             None => (
-                TableForm::PackedTable {
-                    table: counters,
+                StoredForm::PackedTable {
+                    table: counters.clone(),
                     top: top.packed(),
                 },
                 4,
             ),
             Some(bytes) => (
-                TableForm::VarintTable {
+                StoredForm::VarintTable {
                     table: bytes,
                     top: top.packed(),
                 },
                 5,
             ),
         };
-        let sketch = Sketch {
+        crate::codec::encode_versioned(SketchKind::CountMin as u8, version, &self.with_form(form))
+            .expect("encode")
+    }
+
+    /// This sketch's fields around a form of an older layout, for tests that write one.
+    pub(crate) fn with_form<F: Serialize>(&self, form: F) -> WithForm<F> {
+        WithForm {
             width: self.width,
             depth: self.depth,
             epsilon: self.epsilon,
@@ -1024,10 +1005,23 @@ impl CountMin {
             total: self.total,
             top_k: self.top_k,
             form,
-        };
-        crate::codec::encode_versioned(SketchKind::CountMin as u8, version, &sketch)
-            .expect("encode")
+        }
     }
+}
+
+/// [`CountMin`]'s fields in their stored order with any form: what tests write older layouts
+/// with.
+#[cfg(test)]
+#[derive(Serialize)]
+pub(crate) struct WithForm<F> {
+    width: TableSize,
+    depth: u32,
+    epsilon: f64,
+    delta: f64,
+    conservative: bool,
+    total: u64,
+    top_k: usize,
+    form: F,
 }
 
 impl Sketch for CountMin {
@@ -2473,31 +2467,11 @@ mod tests {
             Exact(&'a ExactCounts),
             Table { table: &'a Vec<u64>, top: &'a TopK },
         }
-        #[derive(Serialize)]
-        struct V3<'a> {
-            width: TableSize,
-            depth: u32,
-            epsilon: f64,
-            delta: f64,
-            conservative: bool,
-            total: u64,
-            top_k: usize,
-            form: V3Form<'a>,
-        }
         let form = match &c.form {
             Form::Exact(counts) => V3Form::Exact(counts),
             Form::Table { table, top } => V3Form::Table { table, top },
         };
-        let v3 = V3 {
-            width: c.width,
-            depth: c.depth,
-            epsilon: c.epsilon,
-            delta: c.delta,
-            conservative: c.conservative,
-            total: c.total,
-            top_k: c.top_k,
-            form,
-        };
+        let v3 = c.with_form(form);
         crate::codec::encode_versioned(SketchKind::CountMin as u8, 3, &v3).expect("encode")
     }
 

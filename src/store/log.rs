@@ -1117,32 +1117,11 @@ mod tests {
         assert!(decode_block(&blob[..blob.len() / 2], |_| {}).is_err());
     }
 
-    /// A block body as layouts 1 and 2 wrote it: every item a raw literal, every extra as
-    /// its text (what older stores hold; the builder no longer writes it).
-    fn text_body(events: &[Event], tags: &[Vec<u32>]) -> Vec<u8> {
-        let mut body = Vec::new();
-        let mut prev = 0i64;
-        for (e, t) in events.iter().zip(tags) {
-            put_varint(&mut body, zigzag(e.time.wrapping_sub(prev)));
-            prev = e.time;
-            body.extend_from_slice(&[0, LITERAL_RAW]);
-            put_varint(&mut body, e.item.len() as u64);
-            body.extend_from_slice(e.item.as_bytes());
-            put_varint(&mut body, t.len() as u64);
-            for &id in t {
-                put_varint(&mut body, u64::from(id));
-            }
-            put_varint(&mut body, e.extra.len() as u64);
-            body.extend_from_slice(e.extra.as_bytes());
-        }
-        body
-    }
-
-    /// A block body as layout 3 wrote it: each item's first sight a literal (a wallet's 20 bytes
-    /// after its marker), later ones back-references (found by an exact map here, so never
-    /// fewer than the builder's two-slot table found), extras packed with every value after its
-    /// marker.
-    fn inline_body(events: &[Event], tags: &[Vec<u32>]) -> Vec<u8> {
+    /// A block body as an older layout wrote it. Layouts 1 and 2: every item a raw literal,
+    /// every extra as its text. Layout 3: each item's first sight a literal (a wallet's 20 bytes
+    /// after its marker), later ones back-references (found by an exact map here, so never fewer
+    /// than the builder's two-slot table found), extras packed with every value after its marker.
+    fn older_body(events: &[Event], tags: &[Vec<u32>], layout: u16) -> Vec<u8> {
         let mut body = Vec::new();
         let mut prev = 0i64;
         let mut seen = std::collections::HashMap::new();
@@ -1150,25 +1129,27 @@ mod tests {
             put_varint(&mut body, zigzag(e.time.wrapping_sub(prev)));
             prev = e.time;
             let next = seen.len() as u64 + 1;
+            let mut wallet = [0u8; 20];
             match *seen.entry(e.item.clone()).or_insert(next) {
-                index if index < next => put_varint(&mut body, index),
+                index if index < next && layout == INLINE_LAYOUT => put_varint(&mut body, index),
+                _ if layout == INLINE_LAYOUT && wallet_bytes(&e.item, &mut wallet) => {
+                    body.extend_from_slice(&[0, LITERAL_HEX]);
+                    body.extend_from_slice(&wallet);
+                }
                 _ => {
-                    let mut wallet = [0u8; 20];
-                    if wallet_bytes(&e.item, &mut wallet) {
-                        body.extend_from_slice(&[0, LITERAL_HEX]);
-                        body.extend_from_slice(&wallet);
-                    } else {
-                        body.extend_from_slice(&[0, LITERAL_RAW]);
-                        put_varint(&mut body, e.item.len() as u64);
-                        body.extend_from_slice(e.item.as_bytes());
-                    }
+                    body.extend_from_slice(&[0, LITERAL_RAW]);
+                    put_varint(&mut body, e.item.len() as u64);
+                    body.extend_from_slice(e.item.as_bytes());
                 }
             }
             put_varint(&mut body, t.len() as u64);
             for &id in t {
                 put_varint(&mut body, u64::from(id));
             }
-            let extra = packed(&e.extra);
+            let extra = match layout {
+                INLINE_LAYOUT => packed(&e.extra),
+                _ => e.extra.as_bytes().to_vec(),
+            };
             put_varint(&mut body, extra.len() as u64);
             body.extend_from_slice(&extra);
         }
@@ -1216,12 +1197,13 @@ mod tests {
     fn older_layouts_still_decode_and_layout_four_is_the_smallest() {
         let layouts = |events: &[Event], tags: &[Vec<u32>]| {
             let (v4, info) = encode_block(77, events, tags).expect("encode");
-            let text = text_body(events, tags);
+            let text = older_body(events, tags, 2);
             let v1 = codec::frame_parts(BLOCK_KIND, &[&info.header(), &text]).expect("frame");
             let compressed = codec::compress(&text).expect("compress");
             let v2 = codec::frame_versioned(BLOCK_KIND, 2, &[&info.header(), &compressed])
                 .expect("frame");
-            let inline = codec::compress(&inline_body(events, tags)).expect("compress");
+            let inline =
+                codec::compress(&older_body(events, tags, INLINE_LAYOUT)).expect("compress");
             let v3 = codec::frame_versioned(BLOCK_KIND, INLINE_LAYOUT, &[&info.header(), &inline])
                 .expect("frame");
             (info, [v1, v2, v3, v4])
