@@ -13,10 +13,10 @@
 //! Layout 2 compresses the events with zstd after the 28-byte header, which stays plain so a
 //! block's summary can be read without decompressing. The extra fields users keep (transaction
 //! hashes, amounts, field names repeated on every line) are most of a block, and compression
-//! takes a JSONL chain log from about 0.8× its input to about a third of that. Layout 3 (written
-//! today) also packs the hex strings of the extra fields before compressing: a JSON string that
-//! is `0x` and 40 or 64 lower-case hex digits (addresses, transaction hashes) becomes a marker
-//! byte and its 20 or 32 bytes ([`pack_extra`]). Hex digits carry four bits a byte, which zstd
+//! takes a JSONL chain log from about 0.8× its input to about a third of that. Layout 3 also
+//! packs the hex strings of the extra fields before compressing: a JSON string that is `0x` and
+//! 40 or 64 lower-case hex digits (addresses, transaction hashes) becomes a marker byte and its
+//! 20 or 32 bytes ([`pack_extra`]). Hex digits carry four bits a byte, which zstd
 //! only gets back by Huffman coding, byte by byte; packed, a chain block is a fifth shorter
 //! before compression (so compressing it takes that much less time) and 5% shorter after. The
 //! markers are bytes that UTF-8 text never holds, so unpacking is exact and an older block
