@@ -73,20 +73,11 @@ pub fn encode_versioned<T: Serialize>(
     version: u16,
     value: &T,
 ) -> Result<Vec<u8>, CodecError> {
-    let mut out = Vec::with_capacity(256);
-    out.extend_from_slice(&MAGIC);
-    out.extend_from_slice(&version.to_le_bytes());
-    out.push(kind);
-    out.extend_from_slice(&[0; 4]);
-    options()
-        .serialize_into(&mut out, value)
-        .map_err(|e| CodecError::Serialize(e.to_string()))?;
-    let payload_len = u32::try_from(out.len() - HEADER_LEN)
-        .map_err(|_| CodecError::Serialize("payload over 4 GiB".into()))?;
-    out[HEADER_LEN - 4..HEADER_LEN].copy_from_slice(&payload_len.to_le_bytes());
-    let crc = crc32fast::hash(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
-    Ok(out)
+    frame_with(kind, version, 256, |out| {
+        options()
+            .serialize_into(out, value)
+            .map_err(|e| CodecError::Serialize(e.to_string()))
+    })
 }
 
 /// Frames bytes the caller encoded itself (the event log's columnar blocks), with the same
@@ -103,16 +94,31 @@ pub fn frame_parts(kind: u8, parts: &[&[u8]]) -> Result<Vec<u8>, CodecError> {
 /// [`frame_parts`] at payload layout `version` (a kind whose owner bumped its layout).
 pub fn frame_versioned(kind: u8, version: u16, parts: &[&[u8]]) -> Result<Vec<u8>, CodecError> {
     let len: usize = parts.iter().map(|p| p.len()).sum();
-    let payload_len =
-        u32::try_from(len).map_err(|_| CodecError::Serialize("payload over 4 GiB".into()))?;
-    let mut out = Vec::with_capacity(HEADER_LEN + len + TRAILER_LEN);
+    frame_with(kind, version, len, |out| {
+        for p in parts {
+            out.extend_from_slice(p);
+        }
+        Ok(())
+    })
+}
+
+/// The frame around what `fill` appends: the header with the payload's length filled in after,
+/// then the checksum. `capacity` is the payload's expected size.
+fn frame_with(
+    kind: u8,
+    version: u16,
+    capacity: usize,
+    fill: impl FnOnce(&mut Vec<u8>) -> Result<(), CodecError>,
+) -> Result<Vec<u8>, CodecError> {
+    let mut out = Vec::with_capacity(HEADER_LEN + capacity + TRAILER_LEN);
     out.extend_from_slice(&MAGIC);
     out.extend_from_slice(&version.to_le_bytes());
     out.push(kind);
-    out.extend_from_slice(&payload_len.to_le_bytes());
-    for p in parts {
-        out.extend_from_slice(p);
-    }
+    out.extend_from_slice(&[0; 4]);
+    fill(&mut out)?;
+    let payload_len = u32::try_from(out.len() - HEADER_LEN)
+        .map_err(|_| CodecError::Serialize("payload over 4 GiB".into()))?;
+    out[HEADER_LEN - 4..HEADER_LEN].copy_from_slice(&payload_len.to_le_bytes());
     let crc = crc32fast::hash(&out);
     out.extend_from_slice(&crc.to_le_bytes());
     Ok(out)
