@@ -2461,15 +2461,12 @@ mod tests {
     /// The bytes a build before packing (layout 3) wrote for this sketch: the same fields,
     /// the form as its first two variants, items as text and counts at 8 bytes.
     fn encode_layout_3(c: &CountMin) -> Vec<u8> {
-        #[derive(Serialize)]
-        #[serde(rename = "Form")]
-        enum V3Form<'a> {
-            Exact(&'a ExactCounts),
-            Table { table: &'a Vec<u64>, top: &'a TopK },
-        }
         let form = match &c.form {
-            Form::Exact(counts) => V3Form::Exact(counts),
-            Form::Table { table, top } => V3Form::Table { table, top },
+            Form::Exact(counts) => StoredForm::Exact(counts.clone()),
+            Form::Table { table, top } => StoredForm::Table {
+                table: table.clone(),
+                top: top.clone(),
+            },
         };
         let v3 = c.with_form(form);
         crate::codec::encode_versioned(SketchKind::CountMin as u8, 3, &v3).expect("encode")

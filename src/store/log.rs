@@ -141,7 +141,21 @@ enum Values<'a> {
     },
 }
 
-impl Values<'_> {
+impl<'a> Values<'a> {
+    /// Layout 4's streams, each read from its start.
+    fn apart(addresses: &'a [u8], unique: &'a [u8]) -> Self {
+        Values::Apart {
+            addresses: Reader {
+                bytes: addresses,
+                pos: 0,
+            },
+            unique: Reader {
+                bytes: unique,
+                pos: 0,
+            },
+        }
+    }
+
     /// Checks that the streams held nothing more than the events took.
     fn finish(&self) -> Result<(), String> {
         match self {
@@ -873,16 +887,7 @@ fn decode_block_as(
     let at = r.pos;
     let addresses = stream(r.take(n)?, at, "addresses")?;
     let unique = stream(&payload[r.pos..], r.pos, "unique values")?;
-    let values = Values::Apart {
-        addresses: Reader {
-            bytes: &addresses,
-            pos: 0,
-        },
-        unique: Reader {
-            bytes: &unique,
-            pos: 0,
-        },
-    };
+    let values = Values::apart(&addresses, &unique);
     decode_body(info, &body, values, each)
 }
 
@@ -900,16 +905,7 @@ pub(crate) fn decode_pending(
     pending: &Pending,
     each: impl FnMut(&LogEvent<'_>),
 ) -> Result<BlockInfo, String> {
-    let values = Values::Apart {
-        addresses: Reader {
-            bytes: &pending.addresses,
-            pos: 0,
-        },
-        unique: Reader {
-            bytes: &pending.unique,
-            pos: 0,
-        },
-    };
+    let values = Values::apart(&pending.addresses, &pending.unique);
     decode_body(info, &pending.body, values, each)
 }
 
@@ -1341,16 +1337,7 @@ mod tests {
     /// Unpacks a layout-4 extra; the streams must hold exactly its values.
     fn unpacked_apart(packed: &[u8], addresses: &[u8], unique: &[u8]) -> Result<String, String> {
         let mut buf = Vec::new();
-        let mut values = Values::Apart {
-            addresses: Reader {
-                bytes: addresses,
-                pos: 0,
-            },
-            unique: Reader {
-                bytes: unique,
-                pos: 0,
-            },
-        };
+        let mut values = Values::apart(addresses, unique);
         let text = unpack_extra(packed, &mut values, &mut buf)?.to_vec();
         values.finish()?;
         Ok(String::from_utf8(text).expect("text"))
