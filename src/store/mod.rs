@@ -94,35 +94,32 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::Duration;
 
 /// The on-disk format this build writes. 9: Count-Min tables with varint counters
-/// (`CountMin::VERSION` 5) and log blocks whose wallets, addresses and hashes are compressed
-/// apart from the events (block layout 4); a build that reads only 8 would take both for
-/// damage. 8: log blocks
-/// whose extras' 40- and 64-digit hex
-/// strings are packed (block layout 3); a build that reads only 7 would take those blocks for
-/// damage. 7: a set whose parts take at most
-/// `sets::INLINE_MAX` bytes is stored inline, all five parts in its header value (header
-/// layout 2), one engine value instead of six; a build that reads only 6 would take those
-/// headers for damage. 6: log blocks in append-only files beside sled's
-/// (`log/`), their index entries holding each block's place; Count-Min sketches with wallets
-/// packed to 20 bytes (`CountMin::VERSION` 4) and reservoirs of samples as varint deltas
-/// (`SAMPLES_VERSION` 2); a build that reads only 5 would take all three for damage. 5: records of sketches imported from DataSketches
-/// images (`X` keys, see `imported`), which a build that reads only 4 would leave out of a set
-/// it rebuilds from the log; HyperLogLogs built by updates store their HIP accumulator
-/// (`HyperLogLog::VERSION` 2); Theta sketches hold up to 15/16 of their 2k slots
-/// (DataSketches' rebuild point, where 4 stopped at 3/4), which a format-4 build would take for
-/// damage. 4: log blocks compressed (block layout 2) and
-/// reservoirs holding log sequence numbers ([`Sample`]); a build that reads only 3 would take
-/// those for damage, so the version tells it instead. 3: Bloom filters (the all-time one too)
-/// and Count-Min sketches start in exact forms, a changed layout. 2: Count-Min rows hashed by
-/// independent SHA-256 words instead of double hashing (a version-1 store's Count-Min tables
-/// would be read under the wrong columns, so it is refused with its version named).
+/// (`CountMin::VERSION` 5) and log blocks whose wallets, addresses and hashes are compressed apart
+/// from the events (block layout 4); a build that reads only 8 would take both for damage. 8: log
+/// blocks whose extras' 40- and 64-digit hex strings are packed (block layout 3); a build that
+/// reads only 7 would take those blocks for damage. 7: a set whose parts take at most
+/// `sets::INLINE_MAX` bytes is stored inline, all five parts in its header value (header layout 2),
+/// one engine value instead of six; a build that reads only 6 would take those headers for damage.
+/// 6: log blocks in append-only files beside sled's (`log/`), their index entries holding each
+/// block's place; Count-Min sketches with wallets packed to 20 bytes (`CountMin::VERSION` 4) and
+/// reservoirs of samples as varint deltas (`SAMPLES_VERSION` 2); a build that reads only 5 would
+/// take all three for damage. 5: records of sketches imported from DataSketches images (`X` keys,
+/// see `imported`), which a build that reads only 4 would leave out of a set it rebuilds from the
+/// log; HyperLogLogs built by updates store their HIP accumulator (`HyperLogLog::VERSION` 2); Theta
+/// sketches hold up to 15/16 of their 2k slots (DataSketches' rebuild point, where 4 stopped at
+/// 3/4), which a format-4 build would take for damage. 4: log blocks compressed (block layout 2)
+/// and reservoirs holding log sequence numbers ([`Sample`]); a build that reads only 3 would take
+/// those for damage, so the version tells it instead. 3: Bloom filters (the all-time one too) and
+/// Count-Min sketches start in exact forms, a changed layout. 2: Count-Min rows hashed by
+/// independent SHA-256 words instead of double hashing (a version-1 store's Count-Min tables would
+/// be read under the wrong columns, so it is refused with its version named).
 pub const FORMAT_VERSION: u32 = 9;
 /// The oldest format this build reads: a format-3 to -8 store differs only in what 4 to 9
 /// added (a format-4 store has no `X` keys, a format-5 one keeps its blocks under `L` keys,
 /// still read where they are, a format-6 one has no inline sets, a format-7 one no packed
-/// extras, a format-8 one no varint tables or blocks of layout 4), and every form of blocks, reservoirs,
-/// HyperLogLogs, Count-Min sketches and set headers is read. Opening one records it as format
-/// 9 before anything is written in the new forms.
+/// extras, a format-8 one no varint tables or blocks of layout 4), and every form of blocks,
+/// reservoirs, HyperLogLogs, Count-Min sketches and set headers is read. Opening one records it
+/// as format 9 before anything is written in the new forms.
 pub const OLDEST_FORMAT: u32 = 3;
 /// The blob kind of the store's metadata records (format version, config, checkpoint).
 pub const META_KIND: u8 = kinds::META.blob;
