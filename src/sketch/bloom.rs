@@ -31,6 +31,7 @@
 //! store's all-time `SEEN` uses it.
 
 use super::bounds::Z95;
+use super::prefetch_line;
 use super::{Estimate, ItemSketch, Sketch, SketchError, SketchKind};
 use crate::hash::{next_prime, Item, ShaWords, TableSize, MAX_DOUBLE_HASH_SIZE};
 use serde::{Deserialize, Serialize};
@@ -101,22 +102,6 @@ fn words_of(fp: u64) -> ShaWords {
     words[0] = (fp >> 32) as u32;
     words[1] = fp as u32;
     ShaWords { words }
-}
-
-/// A hint to start loading `byte`'s cache line; changes nothing and may do nothing.
-#[inline]
-fn prefetch_line<T>(at: &T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: `_mm_prefetch` never dereferences its argument (it is a hint that cannot fault),
-    // and the pointer comes from a live reference anyway; SSE is part of the x86_64 baseline, so
-    // the instruction always exists.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-            (at as *const T).cast::<i8>(),
-        );
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = at;
 }
 
 /// The exact form: an open-addressed (linear probing) set of non-zero fingerprints, plus a flag

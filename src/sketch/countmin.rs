@@ -703,6 +703,21 @@ impl CountMin {
         }
     }
 
+    /// Starts loading the item's counters (table form; nothing in the exact form), so that a
+    /// batch can touch the counters of items a few ahead while it adds the current one: the
+    /// table is larger than L1 and shares L2 with the set's Bloom filter.
+    #[inline]
+    pub fn prefetch(&self, sha: &ShaWords) {
+        if let Form::Table { table, .. } = &self.form {
+            let width = self.width.get() as usize;
+            self.for_each_column(sha, |row, col| {
+                if let Some(cell) = table.get(row * width + col as usize) {
+                    super::prefetch_line(cell);
+                }
+            });
+        }
+    }
+
     /// The table estimate of an item (0 in the exact form, which has no table).
     #[inline]
     fn table_count(&self, sha: &ShaWords) -> u64 {

@@ -223,6 +223,22 @@ pub trait ItemSketch: Sketch {
     fn update(&mut self, item: &Item<'_>);
 }
 
+/// A hint to start loading `at`'s cache line; changes nothing and may do nothing.
+#[inline]
+pub(crate) fn prefetch_line<T>(at: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `_mm_prefetch` never dereferences its argument (it is a hint that cannot fault),
+    // and the pointer comes from a live reference anyway; SSE is part of the x86_64 baseline, so
+    // the instruction always exists.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+            (at as *const T).cast::<i8>(),
+        );
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = at;
+}
+
 #[cfg(test)]
 pub(crate) mod test_support {
     //! Helpers shared by the families' tests.

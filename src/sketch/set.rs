@@ -209,7 +209,10 @@ impl<E: HeapSize> SketchSet<E> {
             self.hll.update_murmur(items[i].hashes.murmur);
             self.theta.update_murmur(items[i].hashes.murmur);
         }
-        for &i in which {
+        for (n, &i) in which.iter().enumerate() {
+            if let Some(&ahead) = which.get(n + AHEAD) {
+                self.cms.prefetch(&items[ahead].hashes.sha);
+            }
             self.cms.add_item(&items[i], 1);
         }
         for &i in which {
