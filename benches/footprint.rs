@@ -13,7 +13,7 @@
 //! disk (allocated blocks, as `du`) against the JSONL's bytes, what `blobs/` holds, the peak
 //! RSS. Then criterion times the ingest (a fresh store each time; `init` is not timed), with
 //! flat sampling (10 ingests). The table at the end gives events/s as the median of every
-//! ingest of the shape (the footprint run and criterion's).
+//! ingest of the shape (the footprint run and criterion's), with the slowest and the fastest.
 //!
 //! Shapes (20,000 events a day, 3 chains, 2,000 contracts; `chains` defaults):
 //! - `day_3chains_30d`: day buckets, tag chain, 30 days;
@@ -491,8 +491,8 @@ fn print_table(settings: &Settings, rows: &[Row]) {
     println!();
     println!(
         "sketchdb footprint ({} events a day of `gen chains`; store = allocated bytes of the store \
-directory, as du; RSS = /usr/bin/time -v of the ingest child; events/s = median of {} ingests; \
-memory cap {} GB)",
+directory, as du; RSS = /usr/bin/time -v of the ingest child; events/s = median of {} ingests, \
+slowest–fastest in brackets; memory cap {} GB)",
         thousands(settings.events_per_day),
         if settings.timing {
             "the footprint run's and criterion's"
@@ -506,9 +506,20 @@ memory cap {} GB)",
     );
     println!("|---|---|---|---|---|---|---|---|");
     for r in rows {
-        let rate = median(&r.walls).map_or("—".to_string(), |w| {
-            thousands((r.events as f64 / w.as_secs_f64()).round() as u64)
-        });
+        let per_second =
+            |w: Duration| thousands((r.events as f64 / w.as_secs_f64()).round() as u64);
+        // The slowest and fastest ingest beside the median: on a shared machine the same build
+        // moves by a quarter between minutes, and a median alone hides which kind of minute it was.
+        let rate = match (median(&r.walls), r.walls.iter().max(), r.walls.iter().min()) {
+            (Some(m), Some(&slowest), Some(&fastest)) if r.walls.len() > 1 => format!(
+                "{} ({}–{})",
+                per_second(m),
+                per_second(slowest),
+                per_second(fastest)
+            ),
+            (Some(m), _, _) => per_second(m),
+            _ => "—".to_string(),
+        };
         let store = match (&r.failure, r.first) {
             (Some(_), _) => format!("{} when it failed (below)", mb(r.store.allocated)),
             (None, Some(first)) => format!(
