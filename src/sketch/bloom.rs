@@ -108,8 +108,8 @@ fn words_of(fp: u64) -> ShaWords {
 /// for the fingerprint 0 (which marks a free slot). The number of slots is a function of the
 /// number held ([`Fingerprints::slots_for`]), so a decoded set has the same table, and the same
 /// memory, as the live one. Stored as the sorted fingerprints.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(into = "Vec<u64>", try_from = "Vec<u64>")]
+#[derive(Clone, Debug, Deserialize)]
+#[serde(try_from = "Vec<u64>")]
 struct Fingerprints {
     slots: Vec<u64>,
     /// Non-zero fingerprints held.
@@ -244,9 +244,11 @@ impl PartialEq for Fingerprints {
 
 impl Eq for Fingerprints {}
 
-impl From<Fingerprints> for Vec<u64> {
-    fn from(f: Fingerprints) -> Self {
-        f.sorted()
+/// As the sorted fingerprints, taken from the table in place: serde's `into` would clone the
+/// whole table (free slots too) first, for every exact filter of every checkpoint.
+impl Serialize for Fingerprints {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.sorted().serialize(s)
     }
 }
 
@@ -1473,6 +1475,24 @@ mod tests {
     }
 
     /// The fingerprint 0 (a free slot in the table) is held by its own flag.
+    /// The exact form is stored as its fingerprints in ascending order and nothing else (what
+    /// every layout since 2 reads), whatever the table's size and order of slots.
+    #[test]
+    fn the_exact_form_is_stored_as_its_sorted_fingerprints() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        let mut fps: Vec<u64> = (0..5_000).map(|_| rng.random()).collect();
+        fps.push(0);
+        fps.sort_unstable();
+        fps.dedup();
+        let table = Fingerprints::from_sorted(&fps);
+        assert!(table.slots.len() > fps.len(), "a table with free slots");
+        let stored = crate::codec::encode(0x7f, &table).expect("encode");
+        assert_eq!(stored, crate::codec::encode(0x7f, &fps).expect("encode"));
+        let back: Fingerprints = crate::codec::decode(0x7f, &stored).expect("decode");
+        assert_eq!(back.sorted(), fps);
+    }
+
     #[test]
     fn the_zero_fingerprint_is_held_like_any_other() {
         let mut f = BloomFilter::new(SMALL, 0.01).expect("size");
