@@ -1474,7 +1474,6 @@ mod tests {
         assert!(err.to_string().contains("unsorted"), "{err}");
     }
 
-    /// The fingerprint 0 (a free slot in the table) is held by its own flag.
     /// The exact form is stored as its fingerprints in ascending order and nothing else (what
     /// every layout since 2 reads), whatever the table's size and order of slots.
     #[test]
@@ -1493,6 +1492,7 @@ mod tests {
         assert_eq!(back.sorted(), fps);
     }
 
+    /// The fingerprint 0 (a free slot in the table) is held by its own flag.
     #[test]
     fn the_zero_fingerprint_is_held_like_any_other() {
         let mut f = BloomFilter::new(SMALL, 0.01).expect("size");
