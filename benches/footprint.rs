@@ -14,6 +14,9 @@
 //! RSS. Then criterion times the ingest (a fresh store each time; `init` is not timed), with
 //! flat sampling (10 ingests). The table at the end gives events/s as the median of every
 //! ingest of the shape (the footprint run and criterion's), with the slowest and the fastest.
+//! Above it, the time of a fixed integer loop on every core before the shapes and after
+//! (`machine_loop`; 0.16–0.17 s on this 2-core VM at its usual speed), so that a figure can be
+//! read against the machine's speed at the time.
 //!
 //! Shapes (20,000 events a day, 3 chains, 2,000 contracts; `chains` defaults):
 //! - `day_3chains_30d`: day buckets, tag chain, 30 days;
@@ -374,6 +377,7 @@ fn ingest_shape(
 
 fn main() {
     let settings = Settings::from_env();
+    let loop_before = machine_loop();
     for tool in ["prlimit", TIME] {
         let ok = Command::new(tool)
             .arg("--version")
@@ -462,8 +466,33 @@ fn main() {
         rows.push(row);
     }
     c.final_summary();
-    print_table(&settings, &rows);
+    let loops = (loop_before, machine_loop());
+    print_table(&settings, &rows, loops);
     let _ = std::fs::remove_dir_all(&settings.dir);
+}
+
+/// The machine's speed at the moment: one fixed chain of integer work (xorshift, each step
+/// needing the last) on every core at once, timed. On a shared VM the host's load moves every
+/// figure here: on 2026-12-07 a loop like it ran 1.8 times its usual time for half hours at a
+/// stretch, and the same build's contract-day ingest then made 420–460k events/s instead of
+/// 550–710k, so each table says which kind of minute it was measured in.
+fn machine_loop() -> Duration {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for core in 0..cores {
+            scope.spawn(move || {
+                let mut x = 0x9e37_79b9_7f4a_7c15_u64 ^ core as u64;
+                for _ in 0..100_000_000u32 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                }
+                std::hint::black_box(x)
+            });
+        }
+    });
+    started.elapsed()
 }
 
 fn median(walls: &[Duration]) -> Option<Duration> {
@@ -487,8 +516,14 @@ fn print_row(r: &Row) {
     );
 }
 
-fn print_table(settings: &Settings, rows: &[Row]) {
+fn print_table(settings: &Settings, rows: &[Row], (before, after): (Duration, Duration)) {
     println!();
+    println!(
+        "machine: a fixed integer loop on every core took {:.2} s before the shapes and {:.2} s \
+after (see `machine_loop`)",
+        before.as_secs_f64(),
+        after.as_secs_f64()
+    );
     println!(
         "sketchdb footprint ({} events a day of `gen chains`; store = allocated bytes of the store \
 directory, as du; RSS = /usr/bin/time -v of the ingest child; events/s = median of {} ingests, \
