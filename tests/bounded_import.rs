@@ -23,9 +23,10 @@ const BUDGET: u64 = 64 * MIB;
 /// - sled's write buffers: one segment each (4 MiB; 16 MiB in stores made before format 6),
 ///   about three in flight (48 MiB under
 ///   heaptrack on four days of this input);
-/// - the parser thread's batches: `ingest::BATCH` = 2,048 events, about 1.6 MB of strings for
+/// - the parser thread's batches: `ingest::BATCH` = 512 events, about 0.4 MB of strings for
 ///   `gen chains` lines; at most six exist (one being parsed, two waiting, one being applied,
-///   two going back for reuse): 10 MiB;
+///   two going back for reuse): 10 MiB allowed (3 MiB since batches are 512 events, 10 at
+///   2,048);
 /// - one staging or roll-forward batch (at most 256 writes or 8 MiB of values), the open log
 ///   block (192 KiB), the all-time filter (1.2 MiB a layer at the default sizing), the tag
 ///   dictionary, the program and its thread stacks (about 10 MiB).

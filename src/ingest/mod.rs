@@ -33,12 +33,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Events per batch handed to the store. Every batch in flight holds its lines' strings, so
-/// this sets what the batches add to an ingest's memory: about 1.6 MB a batch of `gen chains`
-/// lines, against 13 MB at 16,384, which took 60 MB off the peak RSS of the 500k-event contract
-/// day (210 -> 151 MB) and 3-4% off its CPU time (the store thread goes over each batch several
-/// times; a smaller one is likelier still cached). 512 was no better. Per-batch costs (one
-/// channel message, one sum of the sets' sizes in an import) stay small at this size.
-pub const BATCH: usize = 2_048;
+/// this sets what the batches add to an ingest's memory: about 0.4 MB a batch of `gen chains`
+/// lines. Smaller batches are likelier still cached when the store's thread goes over them
+/// (several times: keys, pieces, sets, log): against 2,048, the 500k-event contract day took
+/// per round 0.89 and 0.95 of the time with 512 (20 interleaved rounds each; 256 0.99, 1,024
+/// 0.95–0.96, 4,096 1.02) and peak RSS 146 -> 138 MB, and the `two-chains` 10M file 0.91 (4
+/// rounds). Before a piece's log appends stopped taking a thread of their own on two cores,
+/// 512 was no better than 2,048; 16,384 had cost 60 MB of RSS and 3-4% of CPU time. Per-batch
+/// costs (one channel message, one sum of the sets' sizes in an import) stay small at this size.
+pub const BATCH: usize = 512;
 /// Bad lines kept for the report under `skip_bad`.
 pub const REPORTED_ERRORS: usize = 10;
 
@@ -327,7 +330,7 @@ fn ingest_with(
         bytes: Arc::clone(&bytes),
         stop: &stop,
     };
-    // Every batch in flight holds its events' strings (about 1.6 MB for `BATCH` lines of
+    // Every batch in flight holds its events' strings (about 0.4 MB for `BATCH` lines of
     // `gen chains`), so the batches are part of what an ingest holds besides sets: at most
     // six exist (one being parsed, two waiting, one being applied, two going back for reuse;
     // were 4 waiting and 8 for reuse). One of each cost about 20% of the throughput of a

@@ -188,8 +188,8 @@ pub(crate) struct State {
     pub(super) import_failed: Option<String>,
     /// The bytes the sets hold, carried from batch to batch of the running import (only its
     /// batches change the sets while it runs): summing every set at each batch took 2% of the
-    /// store thread with 2,048-event batches. `None` outside imports, before the first batch
-    /// and after a failed one (the next batch sums again).
+    /// store thread with 2,048-event batches, and batches are 512 now. `None` outside imports,
+    /// before the first batch and after a failed one (the next batch sums again).
     pub(super) import_held: Option<usize>,
     /// The store's id of each tag the running import's reader numbered (see
     /// `route::ReaderTags`), by reader id less one. Empty outside imports.
