@@ -243,7 +243,7 @@ impl Store {
                 })
                 .collect::<Vec<_>>()
         };
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+        let threads = super::cores().min(4);
         // A thread costs tens of microseconds; a few sets are encoded sooner in place.
         if threads < 2 || sets.len() < 64 {
             return encode(sets);

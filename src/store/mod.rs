@@ -159,6 +159,14 @@ pub struct Store {
 }
 
 /// A store's error for an engine that could not be opened at `path`.
+/// The cores this process may use, read once: the checkpoint's encoding and an import
+/// piece's log thread are sized by it, and `available_parallelism` reads the cgroup's quota
+/// from files on every call.
+pub(super) fn cores() -> usize {
+    static CORES: OnceLock<usize> = OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
 fn open_error(path: &Path, source: EngineError) -> StoreError {
     match source {
         EngineError::Locked => StoreError::Locked {

@@ -20,7 +20,7 @@ use super::Store;
 use crate::hash::{Item, ItemHashes};
 use crate::sketch::Sketch;
 use rustc_hash::FxHashMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 /// Pieces of at least this many events append to the log on a thread of their own while their
 /// sets are updated, given a core for it (see [`log_beside`]): starting a thread costs tens of
@@ -38,9 +38,7 @@ const PARALLEL_PIECE: usize = 512;
 /// same 500k events in 10,000-event batches took 0.545 s with them beside and 0.608 s in place
 /// (medians of 5 runs each).
 fn log_beside(events: usize, reader_busy: bool) -> bool {
-    static CORES: OnceLock<usize> = OnceLock::new();
-    let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    events >= PARALLEL_PIECE && cores > 1 + usize::from(reader_busy)
+    events >= PARALLEL_PIECE && super::cores() > 1 + usize::from(reader_busy)
 }
 
 /// What a reader thread worked out for a batch ahead of the store (the file ingest).
@@ -671,7 +669,7 @@ mod tests {
     /// for it beside the store's thread and, when the items came hashed, the reader's.
     #[test]
     fn a_piece_logs_beside_its_sets_only_with_a_core_to_spare() {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cores = crate::store::cores();
         assert!(!log_beside(PARALLEL_PIECE - 1, false));
         assert_eq!(log_beside(PARALLEL_PIECE, false), cores >= 2);
         assert_eq!(log_beside(PARALLEL_PIECE, true), cores >= 3);
